@@ -1,0 +1,89 @@
+"""Command line: Hydra composes conf/, the runner does the rest.
+
+Errors a user can fix are printed as one line (``error: ...``) with a non-zero exit: our own
+(:class:`pipeline.errors.PipelineError`) and Hydra's composition errors (unknown key, wrong type,
+unknown group option), which are condensed to one line. Set ``HYDRA_FULL_ERROR=1`` for tracebacks.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import hydra
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from pipeline.config import PROJECT_ROOT, register_all
+from pipeline.errors import PipelineError
+
+register_all()
+
+
+@hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="config")
+def _job(cfg: DictConfig) -> float:
+    from hydra.core.hydra_config import HydraConfig
+    from pipeline import runner
+
+    try:
+        report = runner.run(cfg, Path(HydraConfig.get().runtime.output_dir))
+    except PipelineError as e:
+        if HydraConfig.get().mode.name == "MULTIRUN" or os.environ.get("PIPELINE_RAISE") == "1":
+            raise
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(e.exit_code)
+    return float(report.metrics.get("summary/objective", 0.0))
+
+
+def one_line(e: BaseException) -> str:
+    """Hydra/OmegaConf's multi-line message as one line; option lists without internal entries."""
+    parts, options = [], []
+    while e is not None and len(parts) < 4:
+        in_options = False
+        for line in str(e).strip().splitlines():
+            line = line.strip()
+            if not line or line.startswith(("object_type", "Set the environment")):
+                continue
+            if line.startswith("Config search path"):
+                break
+            if line.startswith("Available options"):
+                in_options = True
+                parts.append(line.rstrip(":") + ":")
+                continue
+            if in_options:
+                if not line.startswith("schema_") and not line.endswith("_default"):
+                    options.append(line)
+                continue
+            if line not in parts:
+                parts.append(line)
+        e = e.__cause__
+    text = " | ".join(parts)
+    return text.replace(" | Available options", "; available options").rstrip(":") + \
+        (" " + ", ".join(options) if options else "")
+
+
+def main() -> None:
+    full = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"   # let exceptions reach us; we print them
+    try:
+        _job()
+    except PipelineError as e:
+        if full:
+            raise
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(e.exit_code)
+    except (HydraException, OmegaConfBaseException) as e:
+        if full:
+            raise
+        print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception:
+        if full:
+            raise
+        traceback.print_exc()
+        sys.exit(1)

@@ -1,0 +1,123 @@
+"""Side-by-side measurement of variants on the same inputs: check first, then time.
+
+A model describes each problem instance as a :class:`Case` (host inputs + a float64 reference) and
+each implementation as a :class:`Variant` whose ``build(case, ctx)`` does the untimed setup
+(upload, compilation, plans, output allocation poisoned with NaN) and returns ``run()``, which
+enqueues the work and returns its outputs. :func:`measure` then, for every variant:
+
+1. calls ``run()`` once and compares each output with the reference (relative error
+   ``||out - ref|| / ||ref||``, float64); a NaN or an unwritten (poisoned) element fails;
+2. times ``run()`` with :mod:`pipeline.timing` (warm-up, repeats, median, IQR);
+3. derives achieved GB/s and GFLOP/s from the variant's cost model and the fraction of the
+   device's measured peak, and the speedup of each variant over each baseline from the same run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from pipeline.context import Context
+from pipeline.gpu.transfer import to_host
+
+
+@dataclass
+class Cost:
+    bytes: float = 0.0          # fewest bytes the variant must move through device memory
+    flops: float = 0.0          # floating-point operations it must do
+    precision: str = "fp32"     # which FLOP peak applies: fp32 | tf32
+
+
+@dataclass
+class Case:
+    name: str
+    params: Dict[str, Any]
+    inputs: Dict[str, np.ndarray]
+    reference: Callable[[], Dict[str, np.ndarray]]   # float64 expected outputs
+    _ref: Optional[Dict[str, np.ndarray]] = field(default=None, repr=False)
+
+    def expected(self) -> Dict[str, np.ndarray]:
+        if self._ref is None:
+            self._ref = self.reference()
+        return self._ref
+
+
+@dataclass
+class Variant:
+    name: str
+    kind: str                                            # "ours" | "baseline"
+    build: Callable[[Case, Context], Callable[[], Dict[str, Any]]]
+    cost: Optional[Callable[[Case], Cost]] = None
+    tolerance: Optional[float] = None                    # default: the model's tolerance
+    check: Optional[Callable[[Dict[str, np.ndarray], Dict[str, np.ndarray]], Dict[str, float]]] = None
+    note: str = ""
+
+
+def rel_error(out: np.ndarray, ref: np.ndarray) -> float:
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        raise ValueError(f"output shape {out.shape} != reference shape {ref.shape}")
+    if not np.all(np.isfinite(out)):
+        return float("nan")
+    denom = np.linalg.norm(ref.ravel())
+    return float(np.linalg.norm((out - ref).ravel()) / (denom if denom > 0 else 1.0))
+
+
+def compare(outputs: Dict[str, Any], expected: Dict[str, np.ndarray]) -> Dict[str, float]:
+    return {k: rel_error(to_host(outputs[k]), v) for k, v in expected.items()}
+
+
+def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, tolerance: float,
+            speedup_over: Sequence[str] = ()) -> List[Dict[str, Any]]:
+    """Rows of (case, variant) measurements; see the module docstring."""
+    rows: List[Dict[str, Any]] = []
+    total = len(cases) * len(variants)
+    bar = ctx.progress(range(total), desc="measure", total=total)
+    it = iter(bar)
+    for case in cases:
+        expected = case.expected()
+        case_rows = []
+        for v in variants:
+            next(it, None)
+            if hasattr(bar, "set_postfix_str"):
+                bar.set_postfix_str(f"{case.name} {v.name}")
+            row: Dict[str, Any] = {"case": case.name, **case.params, "variant": v.name, "kind": v.kind}
+            run = v.build(case, ctx)
+            outputs = run()
+            ctx.sync()
+            errs = (v.check or compare)(outputs, expected)
+            err = max(errs.values()) if errs else float("nan")
+            tol = v.tolerance if v.tolerance is not None else tolerance
+            ok = bool(np.isfinite(err) and err <= tol)
+            row.update(rel_err=err, tol=tol, ok=ok)
+            t = ctx.time(run)
+            row.update(median_ms=t.median_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms, reps=t.n)
+            if v.cost is not None:
+                c = v.cost(case)
+                sec = t.median_ms * 1e-3
+                row["gbps"] = c.bytes / sec / 1e9 if c.bytes else None
+                row["gflops"] = c.flops / sec / 1e9 if c.flops else None
+                if ctx.peaks is not None:
+                    floor = max(c.bytes / ctx.peaks.bandwidth(), c.flops / ctx.peaks.flops(c.precision))
+                    row["pct_peak"] = 100.0 * floor / sec
+            case_rows.append(row)
+            del run, outputs
+        by_name = {r["variant"]: r for r in case_rows}
+        for r in case_rows:
+            for b in speedup_over:
+                if b in by_name and b != r["variant"]:
+                    r[f"x_vs_{b}"] = by_name[b]["median_ms"] / r["median_ms"]
+        rows += case_rows
+    if hasattr(bar, "close"):
+        bar.close()
+    return rows
+
+
+BENCH_COLUMNS = ["case", "variant", "kind", "median_ms", "iqr_ms", "rel_err", "ok", "gbps", "gflops", "pct_peak"]
+
+
+def failures(rows: Sequence[Dict[str, Any]]) -> List[str]:
+    return [f"{r['case']}/{r['variant']}: relative error {r['rel_err']:.3g} > {r['tol']:.1g}"
+            for r in rows if not r.get("ok", True)]

@@ -1,0 +1,28 @@
+"""Schema and checks for model=bcm."""
+from dataclasses import dataclass, field
+from typing import List
+
+from pipeline.config import ModelConf, is_pow2, require, store, validator
+
+LAYERS = ("A", "B", "C")
+
+
+@dataclass
+class BcmConf(ModelConf):
+    block_size: int = 64
+    batch_size: int = 128
+    layers: List[str] = field(default_factory=lambda: ["A"])
+    block_sizes: List[int] = field(default_factory=list)
+
+
+store("model", "schema_bcm", BcmConf)
+
+
+@validator("bcm")
+def _check(cfg) -> None:
+    m = cfg.model
+    for k in list(m.block_sizes) or [m.block_size]:
+        require(is_pow2(k), "block_size", k, "a power of two (e.g. 16, 32, 64)")
+        require(4 <= k <= 256, "block_size", k, "between 4 and 256")
+    for name in m.layers:
+        require(name in LAYERS, "model.layers", name, f"one of {', '.join(LAYERS)}")

@@ -1,0 +1,87 @@
+"""What a model sees of the world during a run: the resolved config, the backend actually used,
+the size preset, the GPU (with its measured ceilings), timing, progress and the output folder."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, List, Optional
+
+from omegaconf import DictConfig
+
+from pipeline.errors import ConfigError
+from pipeline.timing import Timing, timer_for
+
+
+@dataclass
+class Context:
+    cfg: DictConfig
+    backend: str                      # "cuda" | "cpu"
+    size: str                         # "full" | "small"
+    out_dir: Path
+    device: Optional[object] = None   # pipeline.gpu.device.DeviceInfo
+    peaks: Optional[object] = None    # pipeline.gpu.peaks.Peaks
+    notices: List[str] = field(default_factory=list)
+
+    @property
+    def cuda(self) -> bool:
+        return self.backend == "cuda"
+
+    @property
+    def xp(self):
+        """numpy on the CPU backend, cupy on the GPU."""
+        if self.cuda:
+            import cupy
+            return cupy
+        import numpy
+        return numpy
+
+    def time(self, fn: Callable[[], object]) -> Timing:
+        return timer_for(self.backend)(fn, self.cfg.bench)
+
+    def notice(self, msg: str) -> None:
+        self.notices.append(msg)
+        print(f"[pipeline] {msg}", file=sys.stderr, flush=True)
+
+    def progress(self, it: Iterable, desc: str = "", total: Optional[int] = None, leave: bool = False):
+        from tqdm.auto import tqdm
+        return tqdm(it, desc=desc, total=total, leave=leave, disable=not self.cfg.progress,
+                    file=sys.stderr, dynamic_ncols=True)
+
+    def sync(self) -> None:
+        if self.cuda:
+            from pipeline.gpu import device
+            device.synchronize()
+
+
+def make_context(cfg: DictConfig, out_dir: Path) -> Context:
+    from pipeline.gpu import device
+
+    backend = cfg.backend.value if hasattr(cfg.backend, "value") else str(cfg.backend)
+    size = cfg.size.value if hasattr(cfg.size, "value") else str(cfg.size)
+    notices = []
+    if backend == "auto":
+        reason = device.why_unavailable()
+        if reason is None:
+            backend = "cuda"
+        else:
+            backend = "cpu"
+            notices.append(f"no GPU ({reason}): running the NumPy reference backend")
+    if size == "auto":
+        size = "full" if backend == "cuda" else "small"
+        if backend == "cpu":
+            notices.append("CPU backend: using the model's small preset (size=small) so the run finishes in "
+                           "seconds; pass size=full for the paper's sizes")
+    ctx = Context(cfg=cfg, backend=backend, size=size, out_dir=out_dir)
+    for n in notices:
+        ctx.notice(n)
+    if backend == "cuda":
+        ctx.device = device.init(int(cfg.gpu))
+        from pipeline.gpu import peaks
+        ctx.peaks = peaks.get(cfg.cache_dir)
+        ctx.notice(f"GPU {ctx.device.index}: {ctx.device.name} ({ctx.device.arch}, {ctx.device.sm_count} SMs); "
+                   f"measured peaks: copy {ctx.peaks.copy_gbps:.0f} GB/s, fp32 {ctx.peaks.fp32_tflops:.1f} "
+                   f"TFLOP/s, tf32 {ctx.peaks.tf32_tflops:.1f} TFLOP/s")
+    elif size not in ("small", "full"):
+        raise ConfigError(f"size={size!r} is not allowed: auto, full or small")
+    return ctx

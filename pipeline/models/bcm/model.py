@@ -1,0 +1,214 @@
+"""model=bcm: block-circulant FC and conv layers (Table 3 layers A, B, C), forward + both gradients,
+every variant of the paper against dense cuBLAS in the same run."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import numpy as np
+
+from pipeline.bench import BENCH_COLUMNS, Case, Cost, Variant, failures, measure
+from pipeline.config import check_variants
+from pipeline.models.base import Model
+from pipeline.models.bcm import reference as ref
+from pipeline.results import Report
+
+# Paper Table 3, and the small preset used on the CPU backend.
+FULL = {
+    "A": dict(type="fc", out=4096, inp=8192),
+    "B": dict(type="conv", h=14, w=14, c=256, cout=512),
+    "C": dict(type="fc", out=1024, inp=1024),
+}
+SMALL = {
+    "A": dict(type="fc", out=256, inp=512),
+    "B": dict(type="conv", h=6, w=6, c=16, cout=64),
+    "C": dict(type="fc", out=128, inp=128),
+}
+# Paper Fig. 5 (Kernel Fusion over cuBLAS MM on a V100), for the plot.
+PAPER_SPEEDUP = {("A", 16): 1.12, ("A", 32): 2.1, ("A", 64): 3.5,
+                 ("B", 16): 1.06, ("B", 32): 1.39, ("B", 64): 1.64}
+
+GPU_OURS = ["baseline", "o1", "o2", "fused", "tiled", "cgemm"]
+GPU_BASELINES = ["dense_fp32", "dense_tf32"]
+CPU_OURS = ["cpu_fft"]
+CPU_BASELINES = ["cpu_dense"]
+TF32_TOL = 5e-3     # TF32 keeps 10 mantissa bits: ~1e-3 relative error is expected
+
+
+def make_case(layer: str, k: int, batch: int, size: str, rng: np.random.Generator) -> Case:
+    spec = (FULL if size == "full" else SMALL)[layer]
+    if spec["type"] == "fc":
+        n = batch
+        p, q, out_p, in_p = ref.blocks(spec["out"], spec["inp"], k)
+        params = dict(layer=layer, k=k, n=n, p=p, q=q)
+        x = rng.standard_normal((n, in_p), dtype=np.float32)
+        g = rng.standard_normal((n, out_p), dtype=np.float32)
+        shape = None
+    else:
+        n = max(1, batch // 2)
+        shape = ref.ConvShape(n=n, h=spec["h"], w=spec["w"], c=spec["c"], cout=spec["cout"])
+        p, q, out_p, in_p = ref.blocks(shape.cout, shape.cols, k)
+        if out_p != shape.cout or in_p != shape.cols:
+            raise ValueError(f"conv layer {layer}: channels must be multiples of k={k}")
+        params = dict(layer=layer, k=k, n=shape.rows, p=p, q=q)
+        x = rng.standard_normal((n, shape.h, shape.w, shape.c), dtype=np.float32)
+        g = rng.standard_normal((n, shape.ho, shape.wo, shape.cout), dtype=np.float32)
+    w = (rng.standard_normal((p, q, k), dtype=np.float32) / np.sqrt(q * k)).astype(np.float32)
+    bias = rng.standard_normal(p * k, dtype=np.float32)
+    inputs = dict(x=x, w=w, bias=bias, g=g)
+    if shape is None:
+        reference = lambda: ref.fc_reference(x, w, bias, g)  # noqa: E731
+    else:
+        reference = lambda: ref.conv_reference(x, w, bias, g, shape)  # noqa: E731
+        inputs["conv"] = shape
+    name = f"{layer} k={k}"
+    return Case(name=name, params=params, inputs=inputs, reference=reference)
+
+
+def bcm_cost(case: Case) -> Cost:
+    """Fewest bytes (inputs read once, outputs written once, float32) and the frequency-domain
+    multiply-accumulate flops (8 per complex MAC, three passes) plus the FFTs (~2.5 k log2 k per
+    real transform of length k)."""
+    n, p, q, k = (case.params[s] for s in ("n", "p", "q", "k"))
+    kf = k // 2 + 1
+    elems = 2 * n * q * k + 2 * n * p * k + 2 * p * q * k + 2 * p * k   # x, dx, g, a, w, dw, bias, db
+    macs = 3 * n * p * q * kf
+    ffts = (2 * n * q + 2 * n * p + 2 * p * q) * 2.5 * k * np.log2(k)
+    return Cost(bytes=4.0 * elems, flops=8.0 * macs + ffts)
+
+
+def dense_cost(precision: str):
+    def cost(case: Case) -> Cost:
+        n, p, q, k = (case.params[s] for s in ("n", "p", "q", "k"))
+        M, N = p * k, q * k
+        return Cost(bytes=4.0 * (2 * n * N + 2 * n * M + 2 * M * N), flops=3 * 2.0 * n * M * N, precision=precision)
+    return cost
+
+
+def dense_check(outputs, expected) -> Dict[str, float]:
+    """The dense layer returns the dense weight gradient: compare it with the dense reference."""
+    from pipeline.bench import compare
+    errs = compare({k: outputs[k] for k in ("a", "dx", "db")}, {k: expected[k] for k in ("a", "dx", "db")})
+    from pipeline.gpu.transfer import to_host
+    dW = to_host(outputs["dW_dense"])
+    p, q, k = expected["dw"].shape
+    errs["dw"] = ref.project_blocks(np.asarray(dW, np.float64), p, q, k).__sub__(expected["dw"]).ravel().__abs__().max() \
+        / max(np.abs(expected["dw"]).max(), 1e-30)
+    return errs
+
+
+# ----------------------------------------------------------------------------- CPU variants
+
+
+def _cpu_fft(case: Case, ctx):
+    i = case.inputs
+    if "conv" in i:
+        return lambda: ref.conv_fft(i["x"], i["w"], i["bias"], i["g"], i["conv"])
+    return lambda: ref.fc_fft(i["x"], i["w"], i["bias"], i["g"])
+
+
+def _cpu_dense(case: Case, ctx):
+    i = case.inputs
+    W = ref.dense_weight(i["w"]).astype(np.float32)
+    s = i.get("conv")
+
+    def run():
+        x = ref.im2col(i["x"], s) if s else i["x"]
+        g = i["g"].reshape(s.rows, s.cout) if s else i["g"]
+        a = x @ W.T + i["bias"]
+        dx = g @ W
+        out = {"a": a.reshape(s.n, s.ho, s.wo, s.cout) if s else a, "dW_dense": g.T @ x,
+               "dx": ref.col2im(dx, s) if s else dx, "db": g.sum(0)}
+        return out
+    return run
+
+
+def cpu_variants() -> Dict[str, Variant]:
+    return {
+        "cpu_fft": Variant("cpu_fft", "ours", _cpu_fft, bcm_cost),
+        "cpu_dense": Variant("cpu_dense", "baseline", _cpu_dense, dense_cost("fp32"), check=dense_check),
+    }
+
+
+class BcmModel(Model):
+    GPU_VARIANTS = GPU_OURS + GPU_BASELINES
+    CPU_VARIANTS = CPU_OURS + CPU_BASELINES
+
+    def prepare(self) -> None:
+        m = self.cfg.model
+        names = check_variants(self.cfg, self.GPU_VARIANTS + self.CPU_VARIANTS)
+        if self.ctx.cuda:
+            from pipeline.models.bcm import gpu
+            table = gpu.variants()
+            self.ours = [n for n in names if n in GPU_OURS + GPU_BASELINES]
+            self.baselines = [b for b in m.baselines if b in GPU_BASELINES and b not in self.ours]
+            dropped = [n for n in names if n not in self.ours]
+            if dropped:
+                self.ctx.notice(f"variants {dropped} are CPU variants; on the GPU running {self.ours or GPU_OURS[3:4]}")
+                self.ours = self.ours or ["fused"]
+        else:
+            table = cpu_variants()
+            asked = [n for n in names if n not in CPU_OURS + CPU_BASELINES]
+            self.ours = [n for n in names if n in CPU_OURS] or ["cpu_fft"]
+            self.baselines = ["cpu_dense"]
+            if asked:
+                self.ctx.notice(f"CPU backend: variant(s) {', '.join(asked)} need a GPU; running the NumPy FFT "
+                                f"implementation (cpu_fft) against NumPy dense (cpu_dense) instead")
+        self.variants = [table[n] for n in self.ours + self.baselines]
+        rng = np.random.default_rng(int(self.cfg.seed))
+        ks = list(m.block_sizes) or [int(m.block_size)]
+        self.cases: List[Case] = [make_case(layer, int(k), int(m.batch_size), self.ctx.size, rng)
+                                  for layer in m.layers for k in ks]
+
+    def execute(self) -> None:
+        self.rows = measure(self.cases, self.variants, self.ctx, float(self.cfg.model.tolerance),
+                            speedup_over=self.baselines)
+
+    def verify(self) -> None:
+        self.failures = failures(self.rows)
+
+    def report(self) -> Report:
+        cols = BENCH_COLUMNS[:1] + ["k", "n", "p", "q"] + BENCH_COLUMNS[1:] + [f"x_vs_{b}" for b in self.baselines]
+        rep = Report(rows=self.rows, columns=cols, failures=self.failures)
+        best = {}
+        for r in self.rows:
+            if r["kind"] == "ours" and r["ok"]:
+                b = best.get(r["case"])
+                if b is None or r["median_ms"] < b["median_ms"]:
+                    best[r["case"]] = r
+        for case, r in best.items():
+            rep.metrics[f"summary/{case}/best_ms"] = r["median_ms"]
+            for b in self.baselines:
+                if f"x_vs_{b}" in r:
+                    rep.metrics[f"summary/{case}/best_x_vs_{b}"] = r[f"x_vs_{b}"]
+        if best:
+            rep.metrics["summary/objective"] = float(np.mean([r["median_ms"] for r in best.values()]))
+        rep.figures["speedup.png"] = speedup_plot(self.rows, self.baselines)
+        return rep
+
+
+def speedup_plot(rows, baselines):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base = baselines[0] if baselines else None
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    ours = list(dict.fromkeys(r["variant"] for r in rows if r["kind"] == "ours"))
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(cases) * max(1, len(ours)) / 2), 4))
+    width = 0.8 / max(1, len(ours) + 1)
+    xs = np.arange(len(cases))
+    for vi, v in enumerate(ours):
+        vals = [next((r.get(f"x_vs_{base}", np.nan) for r in rows if r["case"] == c and r["variant"] == v), np.nan)
+                for c in cases]
+        ax.bar(xs + vi * width, vals, width, label=v)
+    paper = [PAPER_SPEEDUP.get((c.split()[0], int(c.split("=")[1])), np.nan) for c in cases]
+    ax.bar(xs + len(ours) * width, paper, width, label="paper (V100, fused)", color="grey", alpha=0.6)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(xs + width * len(ours) / 2)
+    ax.set_xticklabels(cases)
+    ax.set_ylabel(f"speedup over {base}" if base else "speedup")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title("BCM layers, forward + backward")
+    fig.tight_layout()
+    return fig

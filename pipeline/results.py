@@ -1,0 +1,79 @@
+"""What a run produces: a results table, summary metrics, per-epoch series, figures, and the list
+of failed checks. Also the plain-text table the terminal shows."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+
+@dataclass
+class Report:
+    rows: List[Dict[str, Any]] = field(default_factory=list)     # one row per (case, variant)
+    columns: List[str] = field(default_factory=list)             # display order (default: keys of row 0)
+    metrics: Dict[str, float] = field(default_factory=dict)      # logged once
+    series: Dict[str, List[float]] = field(default_factory=dict) # logged with step = index (per epoch)
+    figures: Dict[str, Any] = field(default_factory=dict)        # name.png -> matplotlib Figure
+    failures: List[str] = field(default_factory=list)            # failed checks: the run is FAILED
+    notes: List[str] = field(default_factory=list)
+    title: str = ""
+
+    def extend(self, other: "Report") -> None:
+        self.rows += other.rows
+        for c in other.columns:
+            if c not in self.columns:
+                self.columns.append(c)
+        self.metrics.update(other.metrics)
+        self.series.update(other.series)
+        self.figures.update(other.figures)
+        self.failures += other.failures
+        self.notes += other.notes
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "ok" if v else "FAIL"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        a = abs(v)
+        if a == 0:
+            return "0"
+        if a >= 1e5 or a < 1e-3:
+            return f"{v:.2e}"
+        if a >= 100:
+            return f"{v:.1f}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def format_table(rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[str]] = None,
+                 markdown: bool = False) -> str:
+    if not rows:
+        return "(no rows)"
+    cols = list(columns) if columns else list(rows[0].keys())
+    cols = [c for c in cols if any(c in r for r in rows)]
+    cells = [[_fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    if markdown:
+        lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in cells]
+        return "\n".join(lines)
+    line = "  ".join(c.ljust(w) for c, w in zip(cols, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(out)
+
+
+def to_csv(rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[str]] = None) -> str:
+    import csv
+    import io
+    cols = list(columns) if columns else list(rows[0].keys()) if rows else []
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow(r)
+    return buf.getvalue()

@@ -1,0 +1,71 @@
+"""The stage runner, the same for every model: prepare -> transfer -> execute -> verify -> report.
+
+It knows nothing of any particular model: the model class is named by ``model.impl``
+(``"package.module:Class"``) and follows :class:`pipeline.models.base.Model`.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from omegaconf import DictConfig
+
+from pipeline.config import validate
+from pipeline.context import make_context
+from pipeline.errors import ConfigError, VerificationError
+from pipeline.results import Report, format_table
+from pipeline.tracking import JobRun
+
+STAGES = ("prepare", "transfer", "execute", "verify", "report")
+
+
+def model_class(impl: str):
+    mod_name, _, cls_name = impl.partition(":")
+    try:
+        return getattr(importlib.import_module(mod_name), cls_name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"model.impl={impl!r} cannot be loaded ({e}); expected 'package.module:Class'") from e
+
+
+def run(cfg: DictConfig, out_dir: Optional[Path] = None, echo: bool = True) -> Report:
+    """Run one job; returns its report. Raises a PipelineError on bad config, data, GPU or a
+    failed check (after the MLflow run has been marked FAILED)."""
+    validate(cfg)
+    out_dir = Path(out_dir) if out_dir else Path.cwd()
+    cls = model_class(str(cfg.model.impl))
+    job = JobRun(cfg)
+    with job.active():
+        ctx = make_context(cfg, out_dir)
+        job.set_tags({"backend": ctx.backend, "size": ctx.size,
+                      "gpu": ctx.device.name if ctx.device else "none"})
+        model = cls(cfg, ctx)
+        stage_s = {}
+        report = None
+        for stage in STAGES:
+            if stage == "transfer" and not ctx.cuda:
+                continue
+            t0 = time.perf_counter()
+            result = getattr(model, stage)()
+            stage_s[stage] = time.perf_counter() - t0
+            if stage == "report":
+                report = result
+        assert isinstance(report, Report), f"{cls.__name__}.report() must return a Report"
+        report.notes = ctx.notices + report.notes
+        for k, v in stage_s.items():
+            report.metrics[f"stage_seconds/{k}"] = v
+        if ctx.peaks is not None:
+            report.metrics.update({"device/copy_gbps": ctx.peaks.copy_gbps,
+                                   "device/fp32_tflops": ctx.peaks.fp32_tflops,
+                                   "device/tf32_tflops": ctx.peaks.tf32_tflops})
+        job.log_report(report, out_dir)
+        if echo:
+            title = report.title or f"{cfg.model.name} on {ctx.device.name if ctx.device else 'CPU (NumPy)'}"
+            print(f"\n{title}\n" + format_table(report.rows, report.columns or None), flush=True)
+            if report.failures:
+                print("FAILED checks:\n  " + "\n  ".join(report.failures), file=sys.stderr, flush=True)
+        if report.failures:
+            raise VerificationError(f"{len(report.failures)} check(s) failed, first: {report.failures[0]}")
+    return report

@@ -1,0 +1,84 @@
+"""The one place that times things: CUDA events on a GPU, ``perf_counter`` on the CPU backend.
+
+Policy (same for ours and for baselines): ``warmup`` untimed calls first (compilation, FFT plans,
+cuBLAS handles stay out of the numbers), then timed calls until at least ``min_repeats`` calls and
+``min_time_ms`` of measured time (at most ``max_repeats``). Reported: median, interquartile range,
+minimum and count.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, List
+
+import numpy as np
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    iqr_ms: float
+    min_ms: float
+    n: int
+
+    @classmethod
+    def of(cls, samples_ms: List[float]) -> "Timing":
+        a = np.asarray(samples_ms, dtype=np.float64)
+        q1, med, q3 = np.percentile(a, [25, 50, 75])
+        return cls(float(med), float(q3 - q1), float(a.min()), int(a.size))
+
+    def __str__(self) -> str:
+        return f"{self.median_ms:.4f} ms (IQR {self.iqr_ms:.4f}, n={self.n})"
+
+
+def _policy(bench):
+    return (int(bench.warmup), int(bench.min_repeats), int(bench.max_repeats), float(bench.min_time_ms))
+
+
+def time_cpu(fn: Callable[[], object], bench) -> Timing:
+    warmup, min_rep, max_rep, min_ms = _policy(bench)
+    for _ in range(warmup):
+        fn()
+    samples: List[float] = []
+    total = 0.0
+    while len(samples) < max_rep and (len(samples) < min_rep or total < min_ms):
+        t0 = time.perf_counter()
+        fn()
+        dt = (time.perf_counter() - t0) * 1e3
+        samples.append(dt)
+        total += dt
+    return Timing.of(samples)
+
+
+def time_cuda(fn: Callable[[], object], bench, stream=None) -> Timing:
+    """Time ``fn`` (which enqueues device work on ``stream``, default the null stream) with CUDA
+    events recorded around every call; events are read in batches so the host does not stall the
+    queue between calls."""
+    import pycuda.driver as drv
+
+    warmup, min_rep, max_rep, min_ms = _policy(bench)
+    for _ in range(warmup):
+        fn()
+    drv.Context.synchronize()
+    samples: List[float] = []
+    total = 0.0
+    batch = 5
+    while len(samples) < max_rep and (len(samples) < min_rep or total < min_ms):
+        pairs = []
+        for _ in range(min(batch, max_rep - len(samples))):
+            start, end = drv.Event(), drv.Event()
+            start.record(stream)
+            fn()
+            end.record(stream)
+            pairs.append((start, end))
+        pairs[-1][1].synchronize()
+        for start, end in pairs:
+            dt = end.time_since(start)
+            samples.append(dt)
+            total += dt
+        batch = min(50, batch * 2)
+    return Timing.of(samples)
+
+
+def timer_for(backend: str):
+    return time_cuda if backend == "cuda" else time_cpu

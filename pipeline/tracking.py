@@ -1,0 +1,228 @@
+"""MLflow: the embedded store, one run per job, a parent run per Hydra sweep.
+
+* Store: SQLite at ``<tracking.dir>/mlflow.db`` (absolute), artifacts in ``<tracking.dir>/mlartifacts``.
+  ``mlflow ui --backend-store-uri sqlite:///outputs/mlflow.db`` from the project root opens it.
+* One experiment per model (``tracking.experiment`` overrides), one run per job: params = the
+  flattened config, metrics = the report's medians, spreads, ratios, errors and per-epoch series,
+  artifacts = resolved config, Hydra's files, results table (CSV + Markdown) and plots.
+* A run that raises ends FAILED, an interrupted one KILLED; never left RUNNING.
+* Multirun: :class:`SweepCallback` creates the store, the experiment and a parent run in the
+  launching process *before* any job starts (concurrent first-time creation of a SQLite store
+  fails), exports the parent's id to the jobs, and prints a summary table of the sweep at the end.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.results import Report, format_table, to_csv
+
+PARENT_ENV = "PIPELINE_MLFLOW_PARENT_RUN"
+EXPERIMENT_ENV = "PIPELINE_MLFLOW_EXPERIMENT"
+
+
+def store_dir(tcfg) -> Path:
+    return Path(str(tcfg.dir)).expanduser().resolve()
+
+
+def store_uri(tcfg) -> str:
+    return f"sqlite:///{store_dir(tcfg) / 'mlflow.db'}"
+
+
+def setup(tcfg) -> str:
+    """Create the store (once) and point MLflow at it; returns the URI."""
+    import mlflow
+    d = store_dir(tcfg)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "mlartifacts").mkdir(exist_ok=True)
+    uri = store_uri(tcfg)
+    mlflow.set_tracking_uri(uri)
+    return uri
+
+
+def experiment_id(name: str, tcfg) -> str:
+    """Get or create an experiment by name (safe when several processes race)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient()
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=(store_dir(tcfg) / "mlartifacts" / name).as_uri())
+    except MlflowException:
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def experiment_name(cfg) -> str:
+    return os.environ.get(EXPERIMENT_ENV) or str(cfg.tracking.experiment or cfg.model.name)
+
+
+def flatten(d: Any, prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    else:
+        out[prefix[:-1]] = d
+    return out
+
+
+_BAD = re.compile(r"[^A-Za-z0-9_\-. /]")
+
+
+def metric_key(*parts: Any) -> str:
+    return "/".join(_BAD.sub("_", str(p)) for p in parts if p not in (None, ""))
+
+
+def _run_name(cfg) -> str:
+    if cfg.tracking.run_name:
+        return str(cfg.tracking.run_name)
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        ov = [o for o in HydraConfig.get().overrides.task if not o.startswith(("tracking.", "hydra."))]
+        return " ".join(ov) if ov else f"{cfg.model.name} (defaults)"
+    except Exception:
+        return str(cfg.model.name)
+
+
+class JobRun:
+    """The MLflow side of one job (a no-op when tracking is disabled)."""
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+        self.enabled = bool(cfg.tracking.enabled)
+        self.run_id: Optional[str] = None
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator["JobRun"]:
+        if not self.enabled:
+            yield self
+            return
+        import mlflow
+        setup(self.cfg.tracking)
+        exp = experiment_id(experiment_name(self.cfg), self.cfg.tracking)
+        parent = os.environ.get(PARENT_ENV)
+        tags = {"model": str(self.cfg.model.name)}
+        if parent:
+            tags["mlflow.parentRunId"] = parent
+        run = mlflow.start_run(experiment_id=exp, run_name=_run_name(self.cfg), tags=tags)
+        self.run_id = run.info.run_id
+        try:
+            self._log_params()
+            yield self
+        except KeyboardInterrupt:
+            mlflow.end_run(status="KILLED")
+            raise
+        except BaseException as e:
+            with contextlib.suppress(Exception):
+                mlflow.set_tag("error", f"{type(e).__name__}: {e}"[:4000])
+            mlflow.end_run(status="FAILED")
+            raise
+        else:
+            mlflow.end_run(status="FINISHED")
+
+    def _log_params(self) -> None:
+        import mlflow
+        flat = flatten(OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True))
+        items = [(k, str(v)[:500]) for k, v in flat.items()]
+        for i in range(0, len(items), 100):
+            mlflow.log_params(dict(items[i:i + 100]))
+
+    def set_tags(self, tags: Dict[str, Any]) -> None:
+        if self.enabled:
+            import mlflow
+            mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+    def log_report(self, report: Report, out_dir: Path) -> None:
+        if not self.enabled:
+            return
+        import mlflow
+        metrics: Dict[str, float] = {}
+        for k, v in report.metrics.items():
+            if isinstance(v, (int, float)) and v == v:
+                metrics[metric_key(k)] = float(v)
+        for r in report.rows:
+            name = metric_key(r.get("case"), r.get("variant"))
+            for col in ("median_ms", "iqr_ms", "rel_err", "gbps", "gflops", "pct_peak"):
+                v = r.get(col)
+                if isinstance(v, (int, float)) and v == v:
+                    metrics[f"{name}/{col}"] = float(v)
+            for col, v in r.items():
+                if col.startswith("x_vs_") and isinstance(v, float):
+                    metrics[f"{name}/{col}"] = v
+        items = list(metrics.items())
+        for i in range(0, len(items), 1000):
+            mlflow.log_metrics(dict(items[i:i + 1000]))
+        for k, vals in report.series.items():
+            for step, v in enumerate(vals):
+                if v == v:
+                    mlflow.log_metric(metric_key(k), float(v), step=step)
+        mlflow.log_dict(OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True), "config.yaml")
+        if report.rows:
+            mlflow.log_text(to_csv(report.rows, None), "results.csv")
+            mlflow.log_text(format_table(report.rows, report.columns or None, markdown=True), "results.md")
+        for name, fig in report.figures.items():
+            mlflow.log_figure(fig, name if name.endswith(".png") else f"{name}.png")
+        hydra_dir = out_dir / ".hydra"
+        if hydra_dir.is_dir():
+            mlflow.log_artifacts(str(hydra_dir), "hydra")
+        if report.failures:
+            mlflow.set_tag("failures", "; ".join(report.failures)[:4000])
+
+
+class SweepCallback(Callback):
+    """Hydra callback (conf/config.yaml: hydra.callbacks.mlflow_sweep)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from pipeline.config import register_all
+        register_all()
+        if not config.tracking.enabled:
+            return
+        from mlflow.tracking import MlflowClient
+        setup(config.tracking)
+        name = str(config.tracking.experiment or config.model.name)
+        exp = experiment_id(name, config.tracking)
+        overrides = " ".join(config.hydra.overrides.task) if "hydra" in config else ""
+        run = MlflowClient().create_run(exp, run_name=f"sweep: {overrides}"[:250], tags={"sweep": "true"})
+        self.parent = run.info.run_id
+        os.environ[PARENT_ENV] = self.parent
+        os.environ[EXPERIMENT_ENV] = name
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        parent = getattr(self, "parent", None)
+        if not parent:
+            return
+        from mlflow.tracking import MlflowClient
+        client = MlflowClient()
+        runs = client.search_runs([client.get_run(parent).info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = '{parent}'",
+                                  order_by=["attributes.start_time ASC"])
+        rows: List[Dict[str, Any]] = []
+        for r in runs:
+            row: Dict[str, Any] = {"run": r.info.run_name, "status": r.info.status}
+            for k, v in sorted(r.data.metrics.items()):
+                if k.startswith("summary/"):
+                    row[k[len("summary/"):]] = v
+            rows.append(row)
+        cols: List[str] = []
+        for r in rows:
+            cols += [k for k in r if k not in cols]
+        table = format_table(rows, cols)
+        print("\nsweep summary (MLflow parent run " + parent + ")\n" + table, file=sys.stderr)
+        client.log_text(parent, to_csv(rows, cols), "sweep_summary.csv")
+        client.log_text(parent, format_table(rows, cols, markdown=True), "sweep_summary.md")
+        failed = any(r.info.status != "FINISHED" for r in runs)
+        client.set_terminated(parent, status="FAILED" if failed else "FINISHED")
+        os.environ.pop(PARENT_ENV, None)
+        os.environ.pop(EXPERIMENT_ENV, None)

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Stage what a lent GPU machine needs into .whl/ (git-ignored): the shared wheels and datasets,
+# plus the SQLite-store dependencies of the MLflow client. Then call the device tool's run with
+# carry [".whl"] and a command starting:  source scripts/device_env.sh && ...
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+bash ../shared/device/stage.sh "$@"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  -d .whl sqlalchemy==2.1.9 alembic==1.20.1 2>&1 | grep -vi warning || true
+du -sh .whl

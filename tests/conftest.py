@@ -1,0 +1,61 @@
+"""Shared test helpers: config composition, the CLI, and the GPU gate."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gpu_reason():
+    from pipeline.gpu.device import why_unavailable
+    return why_unavailable()
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = None
+    for item in items:
+        if "gpu" in item.keywords:
+            if reason is None:
+                reason = gpu_reason() or ""
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=f"needs a GPU: {reason}"))
+
+
+@pytest.fixture
+def compose():
+    """compose(overrides) -> the composed DictConfig, as the CLI would see it."""
+    from hydra import compose as hcompose, initialize_config_dir
+    from pipeline.config import register_all
+    register_all()
+
+    def _compose(overrides=()):
+        with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+            return hcompose(config_name="config", overrides=list(overrides))
+    return _compose
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """cli(*overrides) -> CompletedProcess of `python -m pipeline ...` with MLflow in tmp_path."""
+    def _cli(*overrides, check=False, timeout=600):
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, "-m", "pipeline", f"tracking.dir={tmp_path}", "progress=false",
+               f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/multirun", *overrides]
+        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+        return r
+    return _cli
+
+
+@pytest.fixture
+def gpu_ctx(tmp_path, compose):
+    """A Context on the GPU backend (GPU tests only)."""
+    from pipeline.context import make_context
+    cfg = compose(["backend=cuda", "progress=false", "bench.min_repeats=3", "bench.min_time_ms=1"])
+    return make_context(cfg, tmp_path)

@@ -6,6 +6,7 @@ unknown group option), which are condensed to one line. Set ``HYDRA_FULL_ERROR=1
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
@@ -68,7 +69,16 @@ def main() -> None:
     full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"   # let exceptions reach us; we print them
     try:
-        _job()
+        try:
+            _job()
+        except BaseException as e:
+            # A multirun whose job raised (or Ctrl-C) skips Hydra's on_multirun_end: end the
+            # sweep's parent run here, so it is not left RUNNING.
+            if not (isinstance(e, SystemExit) and e.code in (None, 0)):
+                from pipeline.tracking import end_sweep
+                with contextlib.suppress(Exception):
+                    end_sweep("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+            raise
     except PipelineError as e:
         if full:
             raise

@@ -3,6 +3,7 @@ of failed checks. Also the plain-text table the terminal shows."""
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -35,7 +36,8 @@ def _fmt(v: Any) -> str:
         return "-"
     if isinstance(v, bool):
         return "ok" if v else "FAIL"
-    if isinstance(v, float):
+    if isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral):   # also NumPy float32
+        v = float(v)
         if math.isnan(v):
             return "nan"
         a = abs(v)
@@ -70,7 +72,7 @@ def format_table(rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[str]
 def to_csv(rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[str]] = None) -> str:
     import csv
     import io
-    cols = list(columns) if columns else list(rows[0].keys()) if rows else []
+    cols = list(columns) if columns else list(dict.fromkeys(k for r in rows for k in r))
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
     w.writeheader()

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import re
 import sys
@@ -26,6 +27,8 @@ from pipeline.results import Report, format_table, to_csv
 
 PARENT_ENV = "PIPELINE_MLFLOW_PARENT_RUN"
 EXPERIMENT_ENV = "PIPELINE_MLFLOW_EXPERIMENT"
+
+_sweep: Optional["SweepCallback"] = None   # the sweep whose parent run is open in this process
 
 
 def store_dir(tcfg) -> Path:
@@ -150,16 +153,16 @@ class JobRun:
         import mlflow
         metrics: Dict[str, float] = {}
         for k, v in report.metrics.items():
-            if isinstance(v, (int, float)) and v == v:
+            if isinstance(v, numbers.Real) and v == v:   # numbers.Real: also NumPy scalars
                 metrics[metric_key(k)] = float(v)
         for r in report.rows:
             name = metric_key(r.get("case"), r.get("variant"))
             for col in ("median_ms", "iqr_ms", "rel_err", "gbps", "gflops", "pct_peak"):
                 v = r.get(col)
-                if isinstance(v, (int, float)) and v == v:
+                if isinstance(v, numbers.Real) and v == v:
                     metrics[f"{name}/{col}"] = float(v)
             for col, v in r.items():
-                if col.startswith("x_vs_") and isinstance(v, float):
+                if col.startswith("x_vs_") and isinstance(v, numbers.Real) and v == v:
                     metrics[f"{name}/{col}"] = v
         items = list(metrics.items())
         for i in range(0, len(items), 1000):
@@ -198,31 +201,53 @@ class SweepCallback(Callback):
         self.parent = run.info.run_id
         os.environ[PARENT_ENV] = self.parent
         os.environ[EXPERIMENT_ENV] = name
+        global _sweep
+        _sweep = self
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self.finish()
+
+    def finish(self, status: Optional[str] = None) -> None:
+        """Print and log the sweep summary and end the parent run: FAILED if any job did not
+        finish, or ``status`` when the sweep itself was cut short (a job raised: Hydra then skips
+        on_multirun_end; Ctrl-C: KILLED)."""
+        global _sweep
         parent = getattr(self, "parent", None)
         if not parent:
             return
+        self.parent = None
+        if _sweep is self:
+            _sweep = None
         from mlflow.tracking import MlflowClient
         client = MlflowClient()
-        runs = client.search_runs([client.get_run(parent).info.experiment_id],
-                                  filter_string=f"tags.mlflow.parentRunId = '{parent}'",
-                                  order_by=["attributes.start_time ASC"])
-        rows: List[Dict[str, Any]] = []
-        for r in runs:
-            row: Dict[str, Any] = {"run": r.info.run_name, "status": r.info.status}
-            for k, v in sorted(r.data.metrics.items()):
-                if k.startswith("summary/"):
-                    row[k[len("summary/"):]] = v
-            rows.append(row)
-        cols: List[str] = []
-        for r in rows:
-            cols += [k for k in r if k not in cols]
-        table = format_table(rows, cols)
-        print("\nsweep summary (MLflow parent run " + parent + ")\n" + table, file=sys.stderr)
-        client.log_text(parent, to_csv(rows, cols), "sweep_summary.csv")
-        client.log_text(parent, format_table(rows, cols, markdown=True), "sweep_summary.md")
-        failed = any(r.info.status != "FINISHED" for r in runs)
-        client.set_terminated(parent, status="FAILED" if failed else "FINISHED")
-        os.environ.pop(PARENT_ENV, None)
-        os.environ.pop(EXPERIMENT_ENV, None)
+        failed = True
+        try:
+            runs = client.search_runs([client.get_run(parent).info.experiment_id],
+                                      filter_string=f"tags.mlflow.parentRunId = '{parent}'",
+                                      order_by=["attributes.start_time ASC"])
+            failed = any(r.info.status != "FINISHED" for r in runs)
+            rows: List[Dict[str, Any]] = []
+            for r in runs:
+                row: Dict[str, Any] = {"run": r.info.run_name, "status": r.info.status}
+                for k, v in sorted(r.data.metrics.items()):
+                    if k.startswith("summary/"):
+                        row[k[len("summary/"):]] = v
+                rows.append(row)
+            cols: List[str] = []
+            for r in rows:
+                cols += [k for k in r if k not in cols]
+            table = format_table(rows, cols)
+            print("\nsweep summary (MLflow parent run " + parent + ")\n" + table, file=sys.stderr)
+            client.log_text(parent, to_csv(rows, cols), "sweep_summary.csv")
+            client.log_text(parent, format_table(rows, cols, markdown=True), "sweep_summary.md")
+        finally:
+            client.set_terminated(parent, status=status or ("FAILED" if failed else "FINISHED"))
+            os.environ.pop(PARENT_ENV, None)
+            os.environ.pop(EXPERIMENT_ENV, None)
+
+
+def end_sweep(status: str) -> None:
+    """End the open sweep's parent run (if any) with ``status``; called by the CLI when a job's
+    exception or an interrupt ends the multirun before Hydra's on_multirun_end."""
+    if _sweep is not None:
+        _sweep.finish(status)

@@ -26,7 +26,11 @@ def cached_arrays(cache_dir: str, name: str, params: Dict[str, Any],
     arrays = build()   # may raise: nothing is written then
     d.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)   # a failed save leaves nothing behind
+        raise
     return arrays

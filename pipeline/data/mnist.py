@@ -25,6 +25,8 @@ def read_idx(path: Path) -> np.ndarray:
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
         raise DataError(f"{path}: not an IDX file (bad magic {data[:4].hex()})")
     ndim = data[3]
+    if len(data) < 4 + 4 * ndim:
+        raise DataError(f"{path}: truncated IDX header ({len(data)} bytes, {ndim} dimensions need {4 + 4 * ndim})")
     dims = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
     dtype = np.dtype(_DTYPES[data[2]])
     expected = int(np.prod(dims)) * dtype.itemsize

@@ -112,14 +112,9 @@ class Kernel:
         return self.fn.get_attribute(drv.function_attribute.NUM_REGS)
 
     def __call__(self, grid: Tuple[int, ...], block: Tuple[int, ...], *args, shared: int = 0, stream=None):
-        conv = []
-        for code, a in zip(self.signature, args):
-            if code == "P":
-                conv.append(ptr(a))
-            else:
-                conv.append(a)
-        if len(conv) != len(self.signature):
+        if len(args) != len(self.signature):
             raise TypeError(f"{self.name}: expected {len(self.signature)} arguments, got {len(args)}")
+        conv = [ptr(a) if code == "P" else a for code, a in zip(self.signature, args)]
         grid = tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
         block = tuple(int(b) for b in block) + (1,) * (3 - len(block))
         if shared > 48 * 1024:

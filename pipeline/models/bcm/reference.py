@@ -35,14 +35,9 @@ def project_blocks(dW: np.ndarray, p: int, q: int, k: int) -> np.ndarray:
     """Gradient of a dense (p*k, q*k) matrix -> gradient of the defining vectors (p, q, k):
     dw[i, j, s] = sum over (m, l) with (m - l) mod k == s of dW block (i, j)[m, l]."""
     blocks = dW.reshape(p, k, q, k).transpose(0, 2, 1, 3)  # [i, j, m, l]
-    m = np.arange(k)[:, None]
-    l = np.arange(k)[None, :]
-    s = ((m - l) % k).ravel()
-    flat = blocks.reshape(p, q, k * k)
-    out = np.zeros((p, q, k), np.float64)
-    for t in range(k):
-        out[:, :, t] = flat[:, :, s == t].sum(axis=2)
-    return out
+    m = np.arange(k)[None, :]
+    t = np.arange(k)[:, None]
+    return blocks[:, :, m, (m - t) % k].sum(axis=-1)        # [i, j, t, m] summed over m
 
 
 def fc_reference(x, w, bias, g) -> Dict[str, np.ndarray]:

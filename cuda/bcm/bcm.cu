@@ -1,0 +1,300 @@
+// Block-circulant layers in the frequency domain (Dong et al. 2020; corrected per notes §1.3).
+//
+// Every pass (forward, weight gradient, input gradient) is one "product" over k' = k/2+1
+// frequencies:   R[u, v, f] = sum_s  A[u, s, f] * opB(B[v, s, f]),   opB = identity or conj.
+// Element (u, s, f) of A sits at A[u*au + s*as + f] (f is always innermost, the cuFFT R2C
+// layout), likewise B[v*bv + s*bs + f] and R[u*ru + v*rv + f]. The host picks the roles:
+//   forward      u=b, v=i, s=j:  A = FFT(X) (n,q,k'),  B = FFT(W) (p,q,k'),  R = (n,p,k')
+//   weight grad  u=i, v=j, s=b:  A = FFT(G) (n,p,k'),  B = conj FFT(X),      R = (p,q,k')
+//   input grad   u=b, v=j, s=i:  A = FFT(G),           B = conj FFT(W),      R = (n,q,k')
+//
+// Kernels, by the paper's variants:
+//   bcm_mul_full + bcm_sum_real  baseline: multiply into an (U,V,S,k') intermediate, an IFFT of
+//                                every product (host, cuFFT), then a real-domain sum over s
+//   bcm_mul_o1 / bcm_mul_o2      occupancy-first / data-reuse-first multiply (intermediate kept in
+//                                the frequency domain), followed by bcm_reduce (Algorithm 3)
+//   bcm_fused                    Kernel Fusion (Algorithm 4): multiply + sum, one thread per output
+//   bcm_tiled                    beyond the paper: a shared-memory tiled complex "GEMM" over all
+//                                frequencies at once, register-blocked 4x4, split over s
+// plus helpers: bcm_reverse (reorder), bcm_add_bias, bcm_bias_grad, im2col / col2im (NHWC).
+#include "cplx.cuh"
+
+extern "C" {
+
+// ------------------------------------------------------------------------------ baseline flow
+
+// T[((u*V + v)*S + s)*KF + f] = A(u,s,f) * opB(B(v,s,f)); grid (S, V, U), block (KF)
+__global__ void bcm_mul_full(const float2* __restrict__ A, const float2* __restrict__ B,
+                             float2* __restrict__ T, int U, int V, int S, int KF,
+                             int au, int as, int bv, int bs, int conj_b)
+{
+    int f = threadIdx.x, s = blockIdx.x, v = blockIdx.y, u = blockIdx.z;
+    if (f >= KF) return;
+    float2 a = A[(size_t)u * au + (size_t)s * as + f];
+    float2 b = B[(size_t)v * bv + (size_t)s * bs + f];
+    float2 r = make_float2(0.f, 0.f);
+    cfma(r, a, b, conj_b != 0);
+    T[(((size_t)u * V + v) * S + s) * KF + f] = r;
+}
+
+// out[(u*V + v)*K + t] = sum_s T[((u*V + v)*S + s)*K + t] (+ bias[v*K + t]);  grid (V, U), block (K)
+__global__ void bcm_sum_real(const float* __restrict__ T, const float* __restrict__ bias,
+                             float* __restrict__ out, int U, int V, int S, int K)
+{
+    int t = threadIdx.x, v = blockIdx.x, u = blockIdx.y;
+    if (t >= K) return;
+    const float* p = T + ((size_t)u * V + v) * S * K + t;
+    float acc = 0.f;
+    for (int s = 0; s < S; ++s) acc += p[(size_t)s * K];
+    if (bias) acc += bias[(size_t)v * K + t];
+    out[((size_t)u * V + v) * K + t] = acc;
+}
+
+// The reorder of the baseline: y[r, t] = x[r, (K - t) mod K] for R rows of length K.
+__global__ void bcm_reverse(const float* __restrict__ x, float* __restrict__ y, long long R, int K)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= R * K) return;
+    long long r = i / K;
+    int t = (int)(i - r * K);
+    int src = t == 0 ? 0 : K - t;
+    y[i] = x[r * K + src];
+}
+
+// ------------------------------------------------------------------- O1, O2 and the reduction
+
+// O1 (occupancy first): block (N, DR) with N = max(32, k) consecutive (s, f) elements along x and
+// DR = 1024 / N values of v along y sharing the A chunk through shared memory.
+// grid (ceil(S*KF / N), ceil(V / DR), U). Writes T[((u*V + v)*S*KF + e] with e = s*KF + f.
+__global__ void bcm_mul_o1(const float2* __restrict__ A, const float2* __restrict__ B,
+                           float2* __restrict__ T, int U, int V, int S, int KF,
+                           int au, int as, int bv, int bs, int conj_b)
+{
+    extern __shared__ float2 sA1[];
+    int N = blockDim.x;
+    int e = blockIdx.x * N + threadIdx.x;
+    int u = blockIdx.z;
+    int E = S * KF;
+    int s = e / KF, f = e - (e / KF) * KF;
+    if (threadIdx.y == 0)
+        sA1[threadIdx.x] = e < E ? A[(size_t)u * au + (size_t)s * as + f] : make_float2(0.f, 0.f);
+    __syncthreads();
+    int v = blockIdx.y * blockDim.y + threadIdx.y;
+    if (e >= E || v >= V) return;
+    float2 b = B[(size_t)v * bv + (size_t)s * bs + f];
+    float2 r = make_float2(0.f, 0.f);
+    cfma(r, sA1[threadIdx.x], b, conj_b != 0);
+    T[((size_t)u * V + v) * E + e] = r;
+}
+
+// O2 (data reuse first): block (KF, DR), DR = 1024 / k values of v sharing A(u, s, :).
+// grid (S, ceil(V / DR), U).
+__global__ void bcm_mul_o2(const float2* __restrict__ A, const float2* __restrict__ B,
+                           float2* __restrict__ T, int U, int V, int S, int KF,
+                           int au, int as, int bv, int bs, int conj_b)
+{
+    extern __shared__ float2 sA2[];
+    int f = threadIdx.x, s = blockIdx.x, u = blockIdx.z;
+    if (threadIdx.y == 0 && f < KF) sA2[f] = A[(size_t)u * au + (size_t)s * as + f];
+    __syncthreads();
+    int v = blockIdx.y * blockDim.y + threadIdx.y;
+    if (f >= KF || v >= V) return;
+    float2 b = B[(size_t)v * bv + (size_t)s * bs + f];
+    float2 r = make_float2(0.f, 0.f);
+    cfma(r, sA2[f], b, conj_b != 0);
+    T[(((size_t)u * V + v) * S + s) * KF + f] = r;
+}
+
+// Algorithm 3: R(u, v, f) = sum_s T[((u*V + v)*S + s)*KF + f];  grid (V, U), block (KF)
+__global__ void bcm_reduce(const float2* __restrict__ T, float2* __restrict__ R, int U, int V, int S,
+                           int KF, int ru, int rv)
+{
+    int f = threadIdx.x, v = blockIdx.x, u = blockIdx.y;
+    if (f >= KF) return;
+    const float2* p = T + ((size_t)u * V + v) * S * KF + f;
+    float2 acc = make_float2(0.f, 0.f);
+    for (int s = 0; s < S; ++s) acc = cadd(acc, p[(size_t)s * KF]);
+    R[(size_t)u * ru + (size_t)v * rv + f] = acc;
+}
+
+// ------------------------------------------------------------------------------ Kernel Fusion
+
+// Algorithm 4: one thread per output (u, v, f), looping over s. block (KF, DR), grid (ceil(V/DR), U)
+__global__ void bcm_fused(const float2* __restrict__ A, const float2* __restrict__ B,
+                          float2* __restrict__ R, int U, int V, int S, int KF,
+                          int au, int as, int bv, int bs, int ru, int rv, int conj_b)
+{
+    int f = threadIdx.x;
+    int v = blockIdx.x * blockDim.y + threadIdx.y;
+    int u = blockIdx.y;
+    if (f >= KF || v >= V) return;
+    const float2* pa = A + (size_t)u * au + f;
+    const float2* pb = B + (size_t)v * bv + f;
+    float2 acc = make_float2(0.f, 0.f);
+    bool cj = conj_b != 0;
+    #pragma unroll 4
+    for (int s = 0; s < S; ++s) cfma(acc, pa[(size_t)s * as], pb[(size_t)s * bs], cj);
+    R[(size_t)u * ru + (size_t)v * rv + f] = acc;
+}
+
+// ----------------------------------------------------------------------- tiled (beyond paper)
+
+#define TILE 16      // u and v per block
+#define REG 4        // u and v per thread (REG x REG accumulators)
+#define TS 4         // s per shared-memory stage
+#define GROUPS ((TILE / REG) * (TILE / REG))
+
+// block: KF * GROUPS threads (thread = one frequency x one 4x4 (u, v) register tile);
+// grid (ceil(V/TILE), ceil(U/TILE), SPLIT): blockIdx.z takes the s-range [z*SC, (z+1)*SC).
+// Dynamic shared memory: 2 * TILE * TS * KF float2. With SPLIT > 1, R must be zeroed first
+// and partial sums are added atomically.
+__global__ void bcm_tiled(const float2* __restrict__ A, const float2* __restrict__ B,
+                          float2* __restrict__ R, int U, int V, int S, int KF,
+                          int au, int as, int bv, int bs, int ru, int rv, int conj_b, int SC)
+{
+    extern __shared__ float2 smem[];
+    float2* sA = smem;                       // [TILE][TS][KF]
+    float2* sB = smem + TILE * TS * KF;      // [TILE][TS][KF]
+    const int tid = threadIdx.x;
+    const int f = tid % KF;
+    const int g = tid / KF;                  // 0 .. GROUPS-1
+    const int ug = g / (TILE / REG), vg = g % (TILE / REG);
+    const int u0 = blockIdx.y * TILE, v0 = blockIdx.x * TILE;
+    const int s_begin = blockIdx.z * SC;
+    const int s_end = min(S, s_begin + SC);
+    const bool cj = conj_b != 0;
+    const int nthreads = blockDim.x;
+    const int tile_elems = TILE * TS * KF;
+
+    float2 acc[REG][REG];
+    #pragma unroll
+    for (int i = 0; i < REG; ++i)
+        #pragma unroll
+        for (int j = 0; j < REG; ++j) acc[i][j] = make_float2(0.f, 0.f);
+
+    for (int s0 = s_begin; s0 < s_end; s0 += TS) {
+        for (int idx = tid; idx < tile_elems; idx += nthreads) {
+            int ff = idx % KF;
+            int ss = (idx / KF) % TS;
+            int rr = idx / (KF * TS);
+            int s = s0 + ss;
+            int u = u0 + rr, v = v0 + rr;
+            sA[idx] = (u < U && s < s_end) ? A[(size_t)u * au + (size_t)s * as + ff] : make_float2(0.f, 0.f);
+            sB[idx] = (v < V && s < s_end) ? B[(size_t)v * bv + (size_t)s * bs + ff] : make_float2(0.f, 0.f);
+        }
+        __syncthreads();
+        if (g < GROUPS) {
+            #pragma unroll
+            for (int ss = 0; ss < TS; ++ss) {
+                float2 ra[REG], rb[REG];
+                #pragma unroll
+                for (int i = 0; i < REG; ++i) ra[i] = sA[((ug * REG + i) * TS + ss) * KF + f];
+                #pragma unroll
+                for (int j = 0; j < REG; ++j) rb[j] = sB[((vg * REG + j) * TS + ss) * KF + f];
+                #pragma unroll
+                for (int i = 0; i < REG; ++i)
+                    #pragma unroll
+                    for (int j = 0; j < REG; ++j) cfma(acc[i][j], ra[i], rb[j], cj);
+            }
+        }
+        __syncthreads();
+    }
+    if (g >= GROUPS) return;
+    const bool split = gridDim.z > 1;
+    #pragma unroll
+    for (int i = 0; i < REG; ++i) {
+        int u = u0 + ug * REG + i;
+        if (u >= U) continue;
+        #pragma unroll
+        for (int j = 0; j < REG; ++j) {
+            int v = v0 + vg * REG + j;
+            if (v >= V) continue;
+            float2* out = R + (size_t)u * ru + (size_t)v * rv + f;
+            if (split) {
+                atomicAdd(&out->x, acc[i][j].x);
+                atomicAdd(&out->y, acc[i][j].y);
+            } else {
+                *out = acc[i][j];
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------ helpers
+
+// a[r, c] += bias[c] for an (R, C) row-major matrix
+__global__ void bcm_add_bias(float* __restrict__ a, const float* __restrict__ bias, long long R, int C)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= R * C) return;
+    a[i] += bias[i % C];
+}
+
+// db[c] = sum_r g[r, c]. block (32, 8): 32 columns x 8 row lanes; grid (ceil(C/32), RB): each block
+// sums rows r = blockIdx.y*8 + ty, step gridDim.y*8, then adds its partial atomically (db zeroed).
+__global__ void bcm_bias_grad(const float* __restrict__ g, float* __restrict__ db, int R, int C)
+{
+    __shared__ float part[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float acc = 0.f;
+    if (c < C)
+        for (int r = blockIdx.y * 8 + threadIdx.y; r < R; r += gridDim.y * 8) acc += g[(size_t)r * C + c];
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float s = 0.f;
+        #pragma unroll
+        for (int y = 0; y < 8; ++y) s += part[y][threadIdx.x];
+        atomicAdd(&db[c], s);
+    }
+}
+
+// im2col, NHWC input (N, H, W, C) -> cols (N*Ho*Wo, KH*KW*C), column order (kh, kw, c).
+__global__ void bcm_im2col(const float* __restrict__ x, float* __restrict__ cols, int N, int H, int W, int C,
+                           int KH, int KW, int pad, int stride, int Ho, int Wo)
+{
+    long long total = (long long)N * Ho * Wo * KH * KW * C;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    int c = (int)(i % C);
+    long long t = i / C;
+    int kw = (int)(t % KW); t /= KW;
+    int kh = (int)(t % KH); t /= KH;
+    int wo = (int)(t % Wo); t /= Wo;
+    int ho = (int)(t % Ho);
+    int n = (int)(t / Ho);
+    int h = ho * stride - pad + kh, w = wo * stride - pad + kw;
+    cols[i] = (h >= 0 && h < H && w >= 0 && w < W) ? x[(((size_t)n * H + h) * W + w) * C + c] : 0.f;
+}
+
+// col2im (the adjoint of im2col: overlapping taps summed), gather form, one thread per input element.
+__global__ void bcm_col2im(const float* __restrict__ cols, float* __restrict__ x, int N, int H, int W, int C,
+                           int KH, int KW, int pad, int stride, int Ho, int Wo)
+{
+    long long total = (long long)N * H * W * C;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    int c = (int)(i % C);
+    long long t = i / C;
+    int w = (int)(t % W); t /= W;
+    int h = (int)(t % H);
+    int n = (int)(t / H);
+    float acc = 0.f;
+    int ncols = KH * KW * C;
+    for (int kh = 0; kh < KH; ++kh) {
+        int hh = h + pad - kh;
+        if (hh < 0 || hh % stride) continue;
+        int ho = hh / stride;
+        if (ho >= Ho) continue;
+        for (int kw = 0; kw < KW; ++kw) {
+            int ww = w + pad - kw;
+            if (ww < 0 || ww % stride) continue;
+            int wo = ww / stride;
+            if (wo >= Wo) continue;
+            acc += cols[(((size_t)n * Ho + ho) * Wo + wo) * ncols + (kh * KW + kw) * C + c];
+        }
+    }
+    x[i] = acc;
+}
+
+}  // extern "C"

@@ -1,0 +1,313 @@
+"""BCM on the GPU: our kernels (cuda/bcm/bcm.cu) for every variant of the paper and beyond, the
+dense cuBLAS baselines, and the im2col path for conv layers. Device arrays are CuPy arrays; FFTs
+are cuFFT through CuPy (as in the paper); plans are created in the untimed warm-up.
+
+:class:`BcmLinear` is the reusable layer (forward caches FFT(X) and FFT(W) for the backward pass,
+notes §2.2): ``a = layer.forward(x, w, bias)``; ``dw, dx, db = layer.backward(g)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from pipeline.bench import Case, Variant
+from pipeline.gpu import kernels
+from pipeline.gpu.peaks import matmul_precision
+from pipeline.gpu.transfer import upload_all
+from pipeline.models.bcm import reference as ref
+
+OURS = ("baseline", "o1", "o2", "fused", "tiled", "cgemm")
+THREADS = 256
+
+
+def _mod():
+    return kernels.load("bcm", "bcm.cu")
+
+
+def _k(name: str):
+    sig = {
+        "bcm_mul_full": "PPPiiiiiiiii",
+        "bcm_sum_real": "PPPiiii",
+        "bcm_reverse": "PPqi",
+        "bcm_mul_o1": "PPPiiiiiiiii",
+        "bcm_mul_o2": "PPPiiiiiiiii",
+        "bcm_reduce": "PPiiiiii",
+        "bcm_fused": "PPPiiiiiiiiiii",
+        "bcm_tiled": "PPPiiiiiiiiiiii",
+        "bcm_add_bias": "PPqi",
+        "bcm_bias_grad": "PPii",
+        "bcm_im2col": "PPiiiiiiiiii",
+        "bcm_col2im": "PPiiiiiiiiii",
+    }[name]
+    return _mod().kernel(name, sig)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass
+class Pass:
+    """Roles of one product R[u,v,f] = sum_s A[u,s,f] opB(B[v,s,f]) (see bcm.cu)."""
+    U: int
+    V: int
+    S: int
+    au: int
+    as_: int
+    bv: int
+    bs: int
+    conj: int
+
+
+def passes(n: int, p: int, q: int, kf: int) -> Dict[str, Pass]:
+    return {
+        "fwd": Pass(U=n, V=p, S=q, au=q * kf, as_=kf, bv=q * kf, bs=kf, conj=0),   # A=Xf, B=Wf
+        "dw": Pass(U=p, V=q, S=n, au=kf, as_=p * kf, bv=kf, bs=q * kf, conj=1),    # A=Gf, B=Xf
+        "dx": Pass(U=n, V=q, S=p, au=p * kf, as_=kf, bv=kf, bs=q * kf, conj=1),    # A=Gf, B=Wf
+    }
+
+
+def add_bias(a, bias) -> None:
+    R, C = a.shape
+    _k("bcm_add_bias")((_cdiv(R * C, THREADS),), (THREADS,), a, bias, np.int64(R), np.int32(C))
+
+
+def bias_grad(g, db) -> None:
+    """db[c] = sum_r g[r, c] (db is overwritten)."""
+    import cupy
+    R, C = g.shape
+    db.fill(0)
+    rb = max(1, min(_cdiv(R, 8 * 16), 1024))
+    _k("bcm_bias_grad")((_cdiv(C, 32), rb), (32, 8), g, db, np.int32(R), np.int32(C))
+
+
+class BcmLinear:
+    """A block-circulant FC layer on the GPU, computed by one of the paper's variants."""
+
+    def __init__(self, p: int, q: int, k: int, variant: str = "tiled"):
+        if variant not in OURS:
+            raise ValueError(f"unknown BCM variant {variant!r}; one of {OURS}")
+        if variant == "tiled" and k > 64:
+            raise ValueError("the tiled variant supports block_size <= 64 (k' * 16 threads per block)")
+        self.p, self.q, self.k, self.variant = p, q, k, variant
+        self.kf = k // 2 + 1
+        self._bufs: Dict[Tuple, object] = {}
+        from pipeline.gpu import device
+        self.sms = device.info().sm_count
+
+    # ------------------------------------------------------------------ buffers (NaN-poisoned)
+    def _buf(self, name: str, shape, dtype):
+        import cupy
+        key = (name, tuple(shape), np.dtype(dtype).str)
+        b = self._bufs.get(key)
+        if b is None:
+            b = cupy.full(shape, np.nan, dtype=dtype) if np.dtype(dtype).kind in "fc" else cupy.zeros(shape, dtype)
+            self._bufs[key] = b
+        return b
+
+    # ------------------------------------------------------------------------------- products
+    def _product(self, tag: str, P: Pass, A, B):
+        """R (U, V, k') complex64 for the frequency-domain variants."""
+        import cupy
+        kf = self.kf
+        R = self._buf(f"R_{tag}", (P.U, P.V, kf), np.complex64)
+        i32 = np.int32
+        common = (i32(P.U), i32(P.V), i32(P.S), i32(kf), i32(P.au), i32(P.as_), i32(P.bv), i32(P.bs))
+        v = self.variant
+        if v == "fused":
+            dr = max(1, 1024 // self.k)
+            _k("bcm_fused")((_cdiv(P.V, dr), P.U), (kf, dr), A, B, R, *common, i32(P.V * kf), i32(kf), i32(P.conj))
+        elif v == "tiled":
+            tiles = _cdiv(P.V, 16) * _cdiv(P.U, 16)
+            split = max(1, min(_cdiv(2 * self.sms, tiles), P.S // 16))
+            sc = _cdiv(_cdiv(P.S, split), 4) * 4
+            split = _cdiv(P.S, sc)
+            if split > 1:
+                R.fill(0)
+            _k("bcm_tiled")((_cdiv(P.V, 16), _cdiv(P.U, 16), split), (kf * 16,), A, B, R, *common,
+                            i32(P.V * kf), i32(kf), i32(P.conj), i32(sc), shared=2 * 16 * 4 * kf * 8)
+        elif v in ("o1", "o2"):
+            T = self._buf(f"T_{tag}", (P.U, P.V, P.S, kf), np.complex64)
+            if v == "o1":
+                nx = max(32, self.k)
+                dr = max(1, 1024 // nx)
+                _k("bcm_mul_o1")((_cdiv(P.S * kf, nx), _cdiv(P.V, dr), P.U), (nx, dr), A, B, T, *common,
+                                 i32(P.conj), shared=nx * 8)
+            else:
+                dr = max(1, 1024 // self.k)
+                _k("bcm_mul_o2")((P.S, _cdiv(P.V, dr), P.U), (kf, dr), A, B, T, *common, i32(P.conj), shared=kf * 8)
+            _k("bcm_reduce")((P.V, P.U), (kf,), T, R, i32(P.U), i32(P.V), i32(P.S), i32(kf), i32(P.V * kf), i32(kf))
+        else:
+            raise AssertionError(v)
+        return R
+
+    def _baseline_pass(self, tag: str, P: Pass, A, B, bias=None):
+        """Paper's baseline: full multiply, IFFT of every product, real-domain sum over s."""
+        import cupy
+        kf, k = self.kf, self.k
+        T = self._buf(f"T_{tag}", (P.U, P.V, P.S, kf), np.complex64)
+        i32 = np.int32
+        _k("bcm_mul_full")((P.S, P.V, P.U), (kf,), A, B, T, i32(P.U), i32(P.V), i32(P.S), i32(kf),
+                           i32(P.au), i32(P.as_), i32(P.bv), i32(P.bs), i32(0))
+        Tr = cupy.fft.irfft(T, n=k, axis=-1)
+        out = self._buf(f"out_{tag}", (P.U, P.V, k), np.float32)
+        _k("bcm_sum_real")((P.V, P.U), (k,), Tr, bias if bias is not None else 0, out, i32(P.U), i32(P.V),
+                           i32(P.S), i32(k))
+        return out
+
+    def _reverse(self, x, rows: int):
+        y = self._buf(f"rev_{rows}", (rows, self.k), np.float32)
+        _k("bcm_reverse")((_cdiv(rows * self.k, THREADS),), (THREADS,), x, y, np.int64(rows), np.int32(self.k))
+        return y
+
+    # -------------------------------------------------------------------------- forward/backward
+    def forward(self, x, w, bias):
+        """x (n, q*k), w (p, q, k), bias (p*k,) float32 CuPy arrays -> a (n, p*k)."""
+        import cupy
+        n = x.shape[0]
+        p, q, k, kf = self.p, self.q, self.k, self.kf
+        self.n, self.x, self.w = n, x, w
+        self.xf = cupy.fft.rfft(x.reshape(n, q, k), axis=-1)
+        self.wf = cupy.fft.rfft(w, axis=-1)
+        P = passes(n, p, q, kf)["fwd"]
+        if self.variant == "baseline":
+            return self._baseline_pass("fwd", P, self.xf, self.wf, bias).reshape(n, p * k)
+        if self.variant == "cgemm":
+            xt = cupy.ascontiguousarray(self.xf.transpose(2, 0, 1))      # (k', n, q)
+            wt = cupy.ascontiguousarray(self.wf.transpose(2, 0, 1))      # (k', p, q)
+            self.xt, self.wt = xt, wt
+            af = cupy.matmul(xt, wt.transpose(0, 2, 1))                  # (k', n, p)
+            a = cupy.fft.irfft(af.transpose(1, 2, 0), n=k, axis=-1).reshape(n, p * k)
+        else:
+            R = self._product("fwd", P, self.xf, self.wf)
+            a = cupy.fft.irfft(R, n=k, axis=-1).reshape(n, p * k)
+        add_bias(a, bias)
+        return a
+
+    def backward(self, g):
+        """g = dL/da (n, p*k) -> (dw (p, q, k), dx (n, q*k), db (p*k,))."""
+        import cupy
+        n, p, q, k, kf = self.n, self.p, self.q, self.k, self.kf
+        db = self._buf("db", (p * k,), np.float32)
+        bias_grad(g, db)
+        gf = cupy.fft.rfft(g.reshape(n, p, k), axis=-1)
+        ps = passes(n, p, q, kf)
+        if self.variant == "baseline":
+            xr = cupy.fft.rfft(self._reverse(self.x.reshape(n * q, k), n * q).reshape(n, q, k), axis=-1)
+            wr = cupy.fft.rfft(self._reverse(self.w.reshape(p * q, k), p * q).reshape(p, q, k), axis=-1)
+            dw = self._baseline_pass("dw", ps["dw"], gf, xr)
+            dx = self._baseline_pass("dx", ps["dx"], gf, wr).reshape(n, q * k)
+            return dw, dx, db
+        if self.variant == "cgemm":
+            gt = cupy.ascontiguousarray(gf.transpose(2, 0, 1))           # (k', n, p)
+            dwf = cupy.matmul(gt.transpose(0, 2, 1), cupy.conj(self.xt))  # (k', p, q)
+            dxf = cupy.matmul(gt, cupy.conj(self.wt))                     # (k', n, q)
+            dw = cupy.fft.irfft(dwf.transpose(1, 2, 0), n=k, axis=-1)
+            dx = cupy.fft.irfft(dxf.transpose(1, 2, 0), n=k, axis=-1).reshape(n, q * k)
+            return dw, dx, db
+        dwR = self._product("dw", ps["dw"], gf, self.xf)
+        dxR = self._product("dx", ps["dx"], gf, self.wf)
+        dw = cupy.fft.irfft(dwR, n=k, axis=-1)
+        dx = cupy.fft.irfft(dxR, n=k, axis=-1).reshape(n, q * k)
+        return dw, dx, db
+
+
+class DenseLinear:
+    """The dense baseline: the same layer as a (p*k, q*k) matrix, cuBLAS GEMMs in fp32 or tf32."""
+
+    def __init__(self, W, precision: str = "fp32"):
+        self.W = W
+        self.precision = precision
+
+    def forward(self, x, bias):
+        import cupy
+        self.x = x
+        with matmul_precision(self.precision):
+            a = cupy.matmul(x, self.W.T)
+        add_bias(a, bias)
+        return a
+
+    def backward(self, g):
+        import cupy
+        with matmul_precision(self.precision):
+            dW = cupy.matmul(g.T, self.x)
+            dx = cupy.matmul(g, self.W)
+        db = cupy.empty(g.shape[1], cupy.float32)
+        bias_grad(g, db)
+        return dW, dx, db
+
+
+# ----------------------------------------------------------------------------------- im2col
+
+
+def im2col(x, s: ref.ConvShape, out=None):
+    import cupy
+    cols = out if out is not None else cupy.empty((s.rows, s.cols), cupy.float32)
+    total = s.rows * s.cols
+    i32 = np.int32
+    _k("bcm_im2col")((_cdiv(total, THREADS),), (THREADS,), x, cols, i32(s.n), i32(s.h), i32(s.w), i32(s.c),
+                     i32(s.kh), i32(s.kw), i32(s.pad), i32(s.stride), i32(s.ho), i32(s.wo))
+    return cols
+
+
+def col2im(cols, s: ref.ConvShape, out=None):
+    import cupy
+    x = out if out is not None else cupy.empty((s.n, s.h, s.w, s.c), cupy.float32)
+    total = s.n * s.h * s.w * s.c
+    i32 = np.int32
+    _k("bcm_col2im")((_cdiv(total, THREADS),), (THREADS,), cols, x, i32(s.n), i32(s.h), i32(s.w), i32(s.c),
+                     i32(s.kh), i32(s.kw), i32(s.pad), i32(s.stride), i32(s.ho), i32(s.wo))
+    return x
+
+
+# ----------------------------------------------------------------------------- bench variants
+
+
+def _build_bcm(variant: str):
+    def build(case: Case, ctx):
+        d = upload_all({k: v for k, v in case.inputs.items() if isinstance(v, np.ndarray)})
+        p, q, k = case.inputs["w"].shape
+        layer = BcmLinear(p, q, k, variant)
+        s: Optional[ref.ConvShape] = case.inputs.get("conv")
+
+        def run():
+            x = im2col(d["x"], s) if s else d["x"]
+            g = d["g"].reshape(s.rows, s.cout) if s else d["g"]
+            a = layer.forward(x, d["w"], d["bias"])
+            dw, dx, db = layer.backward(g)
+            if s:
+                return {"a": a.reshape(s.n, s.ho, s.wo, s.cout), "dw": dw, "dx": col2im(dx, s), "db": db}
+            return {"a": a, "dw": dw, "dx": dx, "db": db}
+        return run
+    return build
+
+
+def _build_dense(precision: str):
+    def build(case: Case, ctx):
+        import cupy
+        d = upload_all({k: v for k, v in case.inputs.items() if isinstance(v, np.ndarray)})
+        W = cupy.asarray(ref.dense_weight(case.inputs["w"]).astype(np.float32))
+        layer = DenseLinear(W, precision)
+        s: Optional[ref.ConvShape] = case.inputs.get("conv")
+
+        def run():
+            x = im2col(d["x"], s) if s else d["x"]
+            g = d["g"].reshape(s.rows, s.cout) if s else d["g"]
+            a = layer.forward(x, d["bias"])
+            dW, dx, db = layer.backward(g)
+            if s:
+                return {"a": a.reshape(s.n, s.ho, s.wo, s.cout), "dW_dense": dW, "dx": col2im(dx, s), "db": db}
+            return {"a": a, "dW_dense": dW, "dx": dx, "db": db}
+        return run
+    return build
+
+
+def variants() -> Dict[str, Variant]:
+    from pipeline.models.bcm.model import TF32_TOL, bcm_cost, dense_check, dense_cost
+    out = {v: Variant(v, "ours", _build_bcm(v), bcm_cost) for v in OURS}
+    out["dense_fp32"] = Variant("dense_fp32", "baseline", _build_dense("fp32"), dense_cost("fp32"), check=dense_check)
+    out["dense_tf32"] = Variant("dense_tf32", "baseline", _build_dense("tf32"), dense_cost("tf32"),
+                                tolerance=TF32_TOL, check=dense_check)
+    return out

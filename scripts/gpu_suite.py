@@ -1,0 +1,324 @@
+#!/usr/bin/env python3
+"""The GPU side in one call: GPU tests, every model's benchmarks, compute-sanitizer, and the
+regenerated docs/gpu-results.md. Run on a lent GPU from the project root:
+
+    source scripts/device_env.sh && python3 scripts/gpu_suite.py run --out "$OUT"
+
+Parts (``--parts tests,bench,sanitize``) and models (``--models bcm,sparse_dnn``) can be chosen, so
+the work can be split over several calls; each part writes ``<out>/<part>.json``. ``render``
+rebuilds the Markdown from any number of such JSON files (those of earlier calls are kept in
+``docs/gpu-runs/``):
+
+    python3 scripts/gpu_suite.py render docs/gpu-runs/*.json --to docs/gpu-results.md
+
+Benchmarks run through the CLI (``python -m pipeline <overrides>``) with a private MLflow store, and
+their results are read back from it, so what is recorded is exactly what a user's run logs.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import json
+import os
+import pkgutil
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def gpu_name() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+        return out.splitlines()[0] if out else "unknown GPU"
+    except Exception:
+        return "no nvidia-smi"
+
+
+def model_packages(only: List[str]) -> Dict[str, Any]:
+    import pipeline.models as pm
+    found = {}
+    for m in pkgutil.iter_modules(pm.__path__):
+        if not m.ispkg or (only and m.name not in only):
+            continue
+        mod = importlib.import_module(f"pipeline.models.{m.name}")
+        if hasattr(mod, "GPU_SUITE"):
+            found[m.name] = mod
+    return found
+
+
+def log(msg: str) -> None:
+    print(f"[gpu_suite {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ----------------------------------------------------------------------------------- parts
+
+def part_tests(out: Path, args) -> Dict[str, Any]:
+    xml = out / "pytest-gpu.xml"
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+           "--timeout", "300"] + (args.pytest_args or [])
+    log("pytest: " + " ".join(cmd[2:]))
+    t0 = time.time()
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    tail = (r.stdout + r.stderr)[-4000:]
+    print(tail, flush=True)
+    tests = []
+    if xml.is_file():
+        import xml.etree.ElementTree as ET
+        for tc in ET.parse(xml).getroot().iter("testcase"):
+            outcome = "passed"
+            msg = ""
+            for tag in ("failure", "error", "skipped"):
+                el = tc.find(tag)
+                if el is not None:
+                    outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+                    msg = (el.get("message") or "")[:300]
+            tests.append({"id": f"{tc.get('classname')}::{tc.get('name')}", "outcome": outcome,
+                          "seconds": float(tc.get("time") or 0), "message": msg})
+    return {"rc": r.returncode, "seconds": time.time() - t0, "tests": tests, "summary": _pytest_summary(tail)}
+
+
+def _pytest_summary(text: str) -> str:
+    lines = [l for l in text.splitlines() if re.search(r"\d+ (passed|failed|error)", l)]
+    return lines[-1].strip("= ") if lines else ""
+
+
+def _read_runs(store: Path) -> List[Dict[str, Any]]:
+    import mlflow
+    from mlflow.tracking import MlflowClient
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    client = MlflowClient()
+    out = []
+    for exp in client.search_experiments():
+        for run in client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"]):
+            rows = []
+            try:
+                path = client.download_artifacts(run.info.run_id, "results.csv", tempfile.mkdtemp())
+                import csv
+                with open(path) as f:
+                    rows = list(csv.DictReader(f))
+            except Exception:
+                pass
+            out.append({"experiment": exp.name, "run": run.info.run_name, "status": run.info.status,
+                        "metrics": {k: v for k, v in run.data.metrics.items()
+                                    if k.startswith(("summary/", "device/", "stage_seconds/"))},
+                        "tags": {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")},
+                        "rows": rows})
+    return out
+
+
+def part_bench(out: Path, args) -> Dict[str, Any]:
+    store = Path(tempfile.mkdtemp(prefix="suite-mlflow-"))
+    jobs = []
+    for name, mod in model_packages(args.models).items():
+        for overrides in mod.GPU_SUITE:
+            cmd = [sys.executable, "-m", "pipeline", *overrides, f"tracking.dir={store}", "progress=false",
+                   "backend=cuda", f"hydra.run.dir={store}/runs/{len(jobs)}"]
+            log(f"bench {name}: {' '.join(overrides)}")
+            t0 = time.time()
+            try:
+                r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.bench_timeout)
+                rc, text = r.returncode, r.stdout + r.stderr
+            except subprocess.TimeoutExpired as e:
+                rc, text = 124, f"timed out after {args.bench_timeout} s\n" + str(e.stdout or "")[-2000:]
+            print(text[-3000:], flush=True)
+            errors = [l for l in text.splitlines() if l.startswith("error:") or "Error" in l][-3:]
+            jobs.append({"model": name, "overrides": overrides, "rc": rc, "seconds": time.time() - t0,
+                         "errors": errors})
+    runs = _read_runs(store)
+    return {"jobs": jobs, "runs": runs}
+
+
+def part_sanitize(out: Path, args) -> Dict[str, Any]:
+    results = []
+    for name, mod in model_packages(args.models).items():
+        for overrides in getattr(mod, "SANITIZE", []):
+            for tool in ("memcheck", "racecheck"):
+                cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "20", sys.executable, "-m", "pipeline",
+                       *overrides, "tracking.enabled=false", "progress=false", "backend=cuda",
+                       "hydra.run.dir=/tmp/suite-sanitize"]
+                log(f"sanitize {tool} {name}: {' '.join(overrides)}")
+                t0 = time.time()
+                try:
+                    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.sanitize_timeout)
+                    rc, text = r.returncode, r.stdout + r.stderr
+                except subprocess.TimeoutExpired as e:
+                    rc, text = 124, f"timed out after {args.sanitize_timeout} s " + str(e.stdout or "")[-1000:]
+                m = re.findall(r"ERROR SUMMARY: (\d+) error", text)
+                hazards = re.findall(r"RACECHECK SUMMARY: (\d+) hazard", text)
+                errs = int(m[-1]) if m else None
+                first = [l for l in text.splitlines() if l.startswith("========= ") and
+                         ("Invalid" in l or "hazard" in l.lower() or "Error" in l)][:3]
+                results.append({"model": name, "tool": tool, "overrides": overrides, "rc": rc,
+                                "errors": errs, "hazards": int(hazards[-1]) if hazards else None,
+                                "seconds": time.time() - t0, "first": first,
+                                "tail": "" if errs == 0 else text[-800:]})
+                print(f"  -> rc={rc} errors={errs}", flush=True)
+    return {"results": results}
+
+
+PARTS = {"tests": part_tests, "bench": part_bench, "sanitize": part_sanitize}
+
+
+# ---------------------------------------------------------------------------------- render
+
+def _fmt(v: Any) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return "" if v is None else str(v)
+    if f != f:
+        return "nan"
+    if f == 0:
+        return "0"
+    a = abs(f)
+    if a >= 1e5 or a < 1e-3:
+        return f"{f:.2e}"
+    return f"{f:.4g}"
+
+
+BENCH_COLS = ["case", "variant", "kind", "median_ms", "iqr_ms", "rel_err", "ok", "gbps", "gflops", "pct_peak"]
+
+
+def render(files: List[Path]) -> str:
+    parts: Dict[str, List[Dict[str, Any]]] = {}
+    for f in files:
+        d = json.loads(Path(f).read_text())
+        parts.setdefault(d["part"], []).append(d)
+    lines = ["# GPU results", "",
+             "Generated by `scripts/gpu_suite.py` from the JSON records in `docs/gpu-runs/` (not typed by hand).",
+             "Times are medians of CUDA-event-timed repeats after warm-up; ratios are baseline median over",
+             "variant median from the same run; `pct_peak` is the variant's floor (bytes at the measured copy",
+             "bandwidth, or flops at the measured fp32/TF32 GEMM rate, whichever is larger) over its time.", ""]
+    seen = set()
+    for d in sum(parts.values(), []):
+        key = (d.get("gpu"), d.get("date"))
+        if key not in seen:
+            seen.add(key)
+            lines.append(f"- {d.get('date')}: {d.get('gpu')}, commit `{d.get('commit', '?')}`")
+    lines.append("")
+    for d in parts.get("tests", []):
+        t = d["data"]
+        lines += [f"## GPU tests ({d['date']}, {d['gpu']})", "", f"`pytest -m gpu`: **{t.get('summary') or 'rc=' + str(t['rc'])}**", ""]
+        bad = [x for x in t["tests"] if x["outcome"] in ("failed", "error")]
+        by_file: Dict[str, List[int]] = {}
+        for x in t["tests"]:
+            c = by_file.setdefault(x["id"].split("::")[0], [0, 0, 0])
+            c[0 if x["outcome"] == "passed" else 1 if x["outcome"] in ("failed", "error") else 2] += 1
+        lines += ["| test module | passed | failed | skipped |", "|---|---|---|---|"]
+        lines += [f"| {k} | {v[0]} | {v[1]} | {v[2]} |" for k, v in sorted(by_file.items())]
+        if bad:
+            lines += ["", "Failures:", ""] + [f"- `{x['id']}`: {x['message'][:200]}" for x in bad[:30]]
+        lines.append("")
+    for d in parts.get("bench", []):
+        b = d["data"]
+        lines += [f"## Benchmarks ({d['date']}, {d['gpu']})", ""]
+        for j in b["jobs"]:
+            status = "ok" if j["rc"] == 0 else f"**exit {j['rc']}**"
+            lines.append(f"- `python -m pipeline {' '.join(j['overrides'])}`: {status}, {j['seconds']:.0f} s"
+                         + (f" — {'; '.join(j['errors'])[:300]}" if j["rc"] and j["errors"] else ""))
+        lines.append("")
+        for r in b["runs"]:
+            lines += [f"### {r['experiment']}: `{r['run']}` ({r['status']})", ""]
+            dev = {k.split('/', 1)[1]: v for k, v in r["metrics"].items() if k.startswith("device/")}
+            if dev:
+                lines.append("Measured ceilings: " + ", ".join(f"{k} {_fmt(v)}" for k, v in sorted(dev.items())))
+                lines.append("")
+            rows = r["rows"]
+            if rows:
+                extra = [c for c in rows[0] if c.startswith("x_vs_")]
+                cols = [c for c in BENCH_COLS if c in rows[0]] + extra
+                if not any(c in rows[0] for c in ("median_ms",)):
+                    cols = list(rows[0].keys())
+                lines += ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+                for row in rows:
+                    lines.append("| " + " | ".join(_fmt(row.get(c)) if c not in ("case", "variant", "kind", "ok")
+                                                    else str(row.get(c, "")) for c in cols) + " |")
+                lines.append("")
+            summ = {k: v for k, v in r["metrics"].items() if k.startswith("summary/")}
+            if summ:
+                lines += ["Summary: " + ", ".join(f"{k[8:]} = {_fmt(v)}" for k, v in sorted(summ.items())), ""]
+    for d in parts.get("sanitize", []):
+        lines += [f"## compute-sanitizer ({d['date']}, {d['gpu']})", "",
+                  "| model | tool | run | errors | exit |", "|---|---|---|---|---|"]
+        for s in d["data"]["results"]:
+            e = s["errors"] if s["errors"] is not None else "no summary"
+            lines.append(f"| {s['model']} | {s['tool']} | `{' '.join(s['overrides'])}` | {e} | {s['rc']} |")
+        for s in d["data"]["results"]:
+            if s["errors"]:
+                lines += ["", f"{s['model']} {s['tool']}: " + " / ".join(s["first"])[:500]]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def short_table(records: List[Dict[str, Any]]) -> str:
+    out = []
+    for d in records:
+        if d["part"] == "tests":
+            out.append(f"tests: {d['data'].get('summary')} (rc={d['data']['rc']})")
+        elif d["part"] == "bench":
+            for r in d["data"]["runs"]:
+                summ = {k[8:]: v for k, v in r["metrics"].items() if k.startswith("summary/")}
+                out.append(f"{r['experiment']:<12} {r['status']:<9} " +
+                           " ".join(f"{k}={_fmt(v)}" for k, v in list(summ.items())[:8]))
+        elif d["part"] == "sanitize":
+            for s in d["data"]["results"]:
+                out.append(f"sanitize {s['model']:<12} {s['tool']:<10} errors={s['errors']} rc={s['rc']}")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "outputs" / "gpu-suite")))
+    r.add_argument("--parts", default="tests,bench,sanitize")
+    r.add_argument("--models", default="", help="comma-separated model packages (default: all)")
+    r.add_argument("--bench-timeout", type=int, default=240)
+    r.add_argument("--sanitize-timeout", type=int, default=240)
+    r.add_argument("--tag", default="", help="suffix for the JSON file names")
+    r.add_argument("pytest_args", nargs="*")
+    g = sub.add_parser("render")
+    g.add_argument("files", nargs="+")
+    g.add_argument("--to", default=str(ROOT / "docs" / "gpu-results.md"))
+    a = ap.parse_args()
+    if a.cmd == "render":
+        Path(a.to).write_text(render([Path(f) for f in a.files]))
+        print(f"wrote {a.to}")
+        return
+    a.models = [m for m in a.models.split(",") if m]
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    gpu = gpu_name()
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip() or "?"
+    except Exception:
+        commit = "?"
+    if commit == "?" and (ROOT / ".whl" / "COMMIT").is_file():
+        commit = (ROOT / ".whl" / "COMMIT").read_text().strip()
+    log(f"GPU: {gpu}")
+    records = []
+    for part in [p for p in a.parts.split(",") if p]:
+        t0 = time.time()
+        data = PARTS[part](out, a)
+        rec = {"part": part, "gpu": gpu, "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               "commit": commit, "models": a.models, "seconds": time.time() - t0, "data": data}
+        name = f"{part}{'-' + a.tag if a.tag else ''}.json"
+        (out / name).write_text(json.dumps(rec, indent=1, default=str))
+        records.append(rec)
+        log(f"{part} done in {time.time() - t0:.0f} s -> {out / name}")
+    (out / "gpu-results.md").write_text(render([out / f"{r['part']}{'-' + a.tag if a.tag else ''}.json" for r in records]))
+    print("\n==== summary (" + gpu + ") ====\n" + short_table(records), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -44,8 +44,10 @@ def cli(tmp_path):
     """cli(*overrides) -> CompletedProcess of `python -m pipeline ...` with MLflow in tmp_path."""
     def _cli(*overrides, check=False, timeout=600):
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, "-m", "pipeline", f"tracking.dir={tmp_path}", "progress=false",
-               f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/multirun", *overrides]
+        flags = [o for o in overrides if o.startswith("-")]   # e.g. -m: argparse wants flags first
+        cmd = [sys.executable, "-m", "pipeline", *flags, f"tracking.dir={tmp_path}", "progress=false",
+               f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/multirun",
+               *[o for o in overrides if not o.startswith("-")]]
         r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
         if check and r.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")

@@ -1,0 +1,87 @@
+"""The command line on the CPU backend: a single job and a Hydra multirun, with MLflow in a tmp dir."""
+from __future__ import annotations
+
+import pytest
+
+
+def _runs(store):
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    exps = client.search_experiments()
+    return client.search_runs([e.experiment_id for e in exps], max_results=1000)
+
+
+def _gpu_absent():
+    from pipeline.gpu.device import why_unavailable
+    return why_unavailable() is not None
+
+
+def test_main_command_on_cpu(cli, tmp_path):
+    if not _gpu_absent():
+        pytest.skip("a GPU is present: the CPU fallback notice is not printed")
+    r = cli("model=bcm", "block_size=64")
+    assert r.returncode == 0, r.stderr
+    assert "NumPy" in r.stderr and "no GPU" in r.stderr, r.stderr    # the fallback notice
+    assert "size=small" in r.stderr                                   # the preset notice
+    out = r.stdout
+    assert "bcm on CPU (NumPy)" in out
+    header = next(ln for ln in out.splitlines() if ln.startswith("case"))
+    for col in ("variant", "median_ms", "rel_err", "ok"):
+        assert col in header
+    assert "cpu_fft" in out and "cpu_dense" in out
+    runs = _runs(tmp_path)
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert runs[0].data.params["block_size"] == "64"
+    assert runs[0].data.tags["backend"] == "cpu"
+
+
+def test_explicit_cpu_backend(cli, tmp_path):
+    r = cli("model=bcm", "backend=cpu", "block_size=16", "bench.min_repeats=2", "bench.min_time_ms=1")
+    assert r.returncode == 0, r.stderr
+    assert "size=small" in r.stderr
+    assert "cpu_fft" in r.stdout
+
+
+def test_cuda_backend_without_gpu_fails_cleanly(cli, tmp_path):
+    if not _gpu_absent():
+        pytest.skip("a GPU is present")
+    r = cli("model=bcm", "backend=cuda")
+    assert r.returncode == 3, r.stderr
+    err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and "backend=cpu" in err[0], r.stderr
+    runs = _runs(tmp_path)
+    assert [x.info.status for x in runs] == ["FAILED"]
+
+
+def test_multirun_parent_and_children(cli, tmp_path):
+    r = cli("-m", "model=bcm", "block_size=16,32", "bench.min_repeats=2", "bench.min_time_ms=1")
+    assert r.returncode == 0, r.stderr
+    assert "sweep summary" in r.stderr, r.stderr
+    summary = r.stderr[r.stderr.index("sweep summary"):]
+    assert "block_size=16" in summary and "block_size=32" in summary and "objective" in summary
+    runs = _runs(tmp_path)
+    parents = [x for x in runs if x.data.tags.get("sweep") == "true"]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    children = [x for x in runs if x.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) == 2 and len(runs) == 3
+    assert sorted(c.data.params["block_size"] for c in children) == ["16", "32"]
+    assert all(c.info.status == "FINISHED" for c in children)
+    assert all(c.info.experiment_id == parent.info.experiment_id for c in children)
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    names = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"sweep_summary.csv", "sweep_summary.md"} <= names
+
+
+def test_multirun_with_a_failing_job_ends_parent_failed(cli, tmp_path):
+    r = cli("-m", "model=bcm", "block_size=16,48", "bench.min_repeats=2", "bench.min_time_ms=1")
+    assert r.returncode != 0
+    assert any(ln.startswith("error: block_size=48") for ln in r.stderr.splitlines()), r.stderr
+    runs = _runs(tmp_path)
+    assert not [x for x in runs if x.info.status == "RUNNING"]
+    parent = next(x for x in runs if x.data.tags.get("sweep") == "true")
+    assert parent.info.status == "FAILED"
+    child = next(x for x in runs if x.data.tags.get("mlflow.parentRunId") == parent.info.run_id)
+    assert child.info.status == "FINISHED"

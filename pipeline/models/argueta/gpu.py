@@ -1,0 +1,323 @@
+"""GPU side: the reusable device functions :func:`fewhot_lookup` and :func:`softmax_topn`, and the
+variant builders (ours and baselines) that ``model.py`` times. Kernels: ``cuda/argueta/*.cu``."""
+from __future__ import annotations
+
+import math
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from pipeline.bench import Case, Cost, Variant
+from pipeline.gpu import kernels
+
+MODEL_DIR = "argueta"
+_SMEM_RESERVE = 2048            # static shared memory of the top-N kernels, rounded up
+
+
+def _cp():
+    import cupy
+    return cupy
+
+
+def _dev():
+    from pipeline.gpu import device
+    return device.info()
+
+
+def _smem_cap() -> int:
+    return int(_dev().smem_per_block_optin) - _SMEM_RESERVE
+
+
+def _np2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+# ============================================================================ N-hot lookup
+
+
+def _csr_parts(A):
+    """(indptr, indices, data) int32/int32/float32 device arrays of a CuPy CSR matrix or a tuple."""
+    cp = _cp()
+    if isinstance(A, tuple):
+        indptr, indices, data = A
+    else:
+        indptr, indices, data = A.indptr, A.indices, A.data
+    return (cp.ascontiguousarray(indptr, dtype=cp.int32), cp.ascontiguousarray(indices, dtype=cp.int32),
+            cp.ascontiguousarray(data, dtype=cp.float32))
+
+
+def fewhot_lookup(A, B, out=None, variant: str = "vec", stream=None):
+    """C = A @ B for A an L x K CSR matrix (``cupyx.scipy.sparse.csr_matrix`` or a tuple
+    ``(indptr, indices, data)``; any number of non-zeros per row) and B a dense K x M float32 CuPy
+    array; returns the dense L x M float32 C (``out`` if given). ``variant``: "vec" (a block per row
+    slice, float4 over M when M % 4 == 0) or "paper" (one thread per output, 32 x 32 blocks)."""
+    cp = _cp()
+    indptr, indices, data = _csr_parts(A)
+    B = cp.ascontiguousarray(B, dtype=cp.float32)
+    L, M = int(indptr.size - 1), int(B.shape[1])
+    if out is None:
+        out = cp.empty((L, M), cp.float32)
+    launch = fewhot_launcher(indptr, indices, data, B, out, variant)
+    launch(stream)
+    return out
+
+
+def fewhot_launcher(indptr, indices, data, B, C, variant: str = "vec"):
+    """A ``launch(stream=None)`` closure with every choice made up front (for timing)."""
+    mod = kernels.load(MODEL_DIR, "fewhot.cu")
+    L, M = int(indptr.size - 1), int(B.shape[1])
+    args = (indptr, indices, data, B, C, np.int32(L), np.int32(M))
+    if variant == "paper":
+        k = mod.kernel("fewhot_paper", "PPPPPii")
+        grid, block = (math.ceil(M / 32), math.ceil(L / 32)), (32, 32)
+    elif variant == "vec":
+        aligned = M % 4 == 0 and B.data.ptr % 16 == 0 and C.data.ptr % 16 == 0
+        cols = M // 4 if aligned else M
+        threads = 32 if L * cols < 64 * 1024 else 128
+        threads = min(threads, max(32, 32 * math.ceil(cols / 32)))
+        k = mod.kernel("fewhot_vec4" if aligned else "fewhot_vec1", "PPPPPii")
+        grid, block = (math.ceil(cols / threads), L), (threads,)
+    else:
+        raise ValueError(f"fewhot variant {variant!r}: expected 'vec' or 'paper'")
+
+    def launch(stream=None):
+        if L > 0 and M > 0:
+            k(grid, block, *args, stream=stream)
+    return launch
+
+
+def _fewhot_upload(case: Case):
+    cp = _cp()
+    import cupyx.scipy.sparse as csp
+    A, B = case.inputs["A"], case.inputs["B"]
+    Ad = csp.csr_matrix((cp.asarray(A.data), cp.asarray(A.indices), cp.asarray(A.indptr)), shape=A.shape)
+    return Ad, cp.asarray(B)
+
+
+def _fewhot_ours(variant: str):
+    def build(case: Case, ctx):
+        cp = _cp()
+        Ad, Bd = _fewhot_upload(case)
+        C = cp.full((Ad.shape[0], Bd.shape[1]), cp.nan, cp.float32)
+        launch = fewhot_launcher(Ad.indptr, Ad.indices, Ad.data, Bd, C, variant)
+
+        def run():
+            launch()
+            return {"C": C}
+        return run
+    return build
+
+
+def _cusparse(case: Case, ctx):
+    Ad, Bd = _fewhot_upload(case)
+    return lambda: {"C": Ad @ Bd}
+
+
+def _dense(case: Case, ctx):
+    cp = _cp()
+    from pipeline.gpu.peaks import matmul_precision
+    Ad, Bd = _fewhot_upload(case)
+    D = Ad.toarray()
+    C = cp.full((D.shape[0], Bd.shape[1]), cp.nan, cp.float32)
+
+    def run():
+        with matmul_precision("fp32"):
+            cp.matmul(D, Bd, out=C)
+        return {"C": C}
+    return run
+
+
+def fewhot_cost(case: Case) -> Cost:
+    L, M, N = (case.params[k] for k in ("L", "M", "N"))
+    return Cost(bytes=4.0 * (L * N * M + L * M) + 8.0 * L * N, flops=2.0 * L * N * M)
+
+
+def dense_cost(case: Case) -> Cost:
+    L, K, M = (case.params[k] for k in ("L", "K", "M"))
+    return Cost(bytes=4.0 * (L * K + K * M + L * M), flops=2.0 * L * K * M)
+
+
+def fewhot_variants() -> Dict[str, Variant]:
+    return {
+        "fewhot": Variant("fewhot", "ours", _fewhot_ours("paper"), fewhot_cost,
+                          note="paper: one thread per output, 32x32 blocks"),
+        "fewhot_vec": Variant("fewhot_vec", "ours", _fewhot_ours("vec"), fewhot_cost,
+                              note="block per row slice, float4 over M"),
+        "cusparse": Variant("cusparse", "baseline", _cusparse, fewhot_cost, note="cuSPARSE SpMM (CuPy)"),
+        "dense_fp32": Variant("dense_fp32", "baseline", _dense, dense_cost, note="dense cuBLAS SGEMM (CuPy)"),
+    }
+
+
+# ============================================================================ softmax + top-N
+
+
+class TopnPlan:
+    """Every launch choice of one (L, K, N, method), fixed up front; ``run(X, P, I)`` only launches."""
+
+    def __init__(self, L: int, K: int, N: int, method: str = "auto", split: int = 0, block: int = 256):
+        cp = _cp()
+        if not 0 < N <= K:
+            raise ValueError(f"top-N: n={N} must be between 1 and K={K}")
+        if N > 1024:
+            raise ValueError(f"top-N: n={N} is above the supported 1024")
+        self.L, self.K, self.N, self.NP = int(L), int(K), int(N), _np2(N)
+        info, cap = _dev(), _smem_cap()
+        sms = int(info.sm_count)
+        fits = 4 * K + 8 * self.NP <= cap
+        if method == "auto":
+            method = "radix" if fits and L >= sms // 2 else "split"
+        if method == "radix" and not fits:
+            method = "split"
+        self.method = method
+        mod = kernels.load(MODEL_DIR, "topn.cu")
+        i32 = np.int32
+        if method in ("atomic", "early_exit"):
+            k = mod.kernel("topn_atomic", "PiiiPP")
+            early = i32(1 if method == "early_exit" else 0)
+            self._launches = [lambda X, P, I, s: k((L,), (block,), X, i32(K), i32(N), early, P, I,
+                                                   shared=8 * N, stream=s)]
+        elif method == "radix":
+            k = mod.kernel("topn_radix", "PiiiiPPPPP")
+            threads = 1024 if L < sms else 512
+            smem = 8 * self.NP + 4 * K
+            self._launches = [lambda X, P, I, s: k((1, L), (threads,), X, i32(K), i32(N), i32(self.NP), i32(K),
+                                                   P, I, 0, 0, 0, shared=smem, stream=s)]
+        elif method == "split":
+            S = int(split) if split else max(1, min(math.ceil(2 * sms / L), math.ceil(K / max(2 * N, 1024))))
+            while S > 1 and 8 * S * N + 8 * self.NP > cap:      # the merge holds S * N candidates
+                S -= 1
+            chunk = math.ceil(K / S)
+            if 4 * chunk + 8 * self.NP > cap:
+                raise ValueError(f"top-N: K={K} with n={N} does not fit the split kernel's shared memory "
+                                 f"(chunk {chunk} with {S} blocks per row)")
+            S = math.ceil(K / chunk)
+            self.S = S
+            kr = mod.kernel("topn_radix", "PiiiiPPPPP")
+            threads = 256 if chunk <= 4096 else 512
+            smem = 8 * self.NP + 4 * chunk
+            if S == 1:
+                self._launches = [lambda X, P, I, s: kr((1, L), (threads,), X, i32(K), i32(N), i32(self.NP), i32(chunk),
+                                                        P, I, 0, 0, 0, shared=smem, stream=s)]
+            else:
+                ws = cp.empty(L * S * N, cp.uint64)
+                wm, wd = cp.empty(L * S, cp.float32), cp.empty(L * S, cp.float32)
+                km = mod.kernel("topn_merge", "PPPiiiPP")
+                msmem = 8 * S * N + 8 * self.NP
+                self._ws = (ws, wm, wd)
+                self._launches = [
+                    lambda X, P, I, s: kr((S, L), (threads,), X, i32(K), i32(N), i32(self.NP), i32(chunk),
+                                          P, I, ws, wm, wd, shared=smem, stream=s),
+                    lambda X, P, I, s: km((L,), (256,), ws, wm, wd, i32(S), i32(N), i32(self.NP), P, I,
+                                          shared=msmem, stream=s),
+                ]
+        elif method == "online":
+            mo = kernels.load(MODEL_DIR, "online_topk.cu", defines={"TOPK": N})
+            k = mo.kernel("online_topk", "PiiPP")
+            threads = 128
+            while threads > 32 and (threads // 2) * N * 8 > cap - 8192:
+                threads //= 2
+            smem = (threads // 2) * N * 8
+            self._launches = [lambda X, P, I, s: k((L,), (threads,), X, i32(K), i32(N), P, I, shared=smem, stream=s)]
+        else:
+            raise ValueError(f"top-N method {method!r}: expected auto, radix, split, atomic, early_exit or online")
+
+    def run(self, X, P, I, stream=None) -> None:
+        if self.L == 0:
+            return
+        for launch in self._launches:
+            launch(X, P, I, stream)
+
+
+def softmax_topn(logits, n: int, method: str = "auto", out: Optional[Tuple] = None, split: int = 0,
+                 block: int = 256, stream=None):
+    """Fused softmax + top-n of each row of an L x K float32 CuPy array: returns ``(probs, idx)``,
+    L x n float32 probabilities (descending) and int32 column indices. Ties: smaller index first;
+    NaN ranks above +inf and makes the row's probabilities NaN (see ``reference.py``). ``method``:
+    "auto" (radix select with the row in shared memory when the row fits and there are enough rows,
+    else several blocks per row and a merge), "radix", "split", "atomic" (the paper's), "early_exit",
+    "online" (the Milakov baseline)."""
+    cp = _cp()
+    X = cp.ascontiguousarray(logits, dtype=cp.float32)
+    if X.ndim != 2:
+        raise ValueError(f"softmax_topn: logits must be L x K, got shape {X.shape}")
+    L, K = (int(s) for s in X.shape)
+    plan = TopnPlan(L, K, int(n), method, split, block)
+    P, I = out if out is not None else (cp.empty((L, n), cp.float32), cp.empty((L, n), cp.int32))
+    plan.run(X, P, I, stream)
+    return P, I
+
+
+def _topn_ours(method: str):
+    def build(case: Case, ctx):
+        cp = _cp()
+        L, K, N = (case.params[k] for k in ("L", "K", "N"))
+        X = cp.asarray(case.inputs["x"])
+        plan = TopnPlan(L, K, N, method, int(case.params.get("split", 0)), int(case.params.get("block", 256)))
+        P = cp.full((L, N), cp.nan, cp.float32)
+        I = cp.full((L, N), -1, cp.int32)
+
+        def run():
+            plan.run(X, P, I)
+            return {"probs": P, "idx": I}
+        return run
+    return build
+
+
+def _softmax_topk_cupy(case: Case, ctx):
+    cp = _cp()
+    X = cp.asarray(case.inputs["x"])
+    N = case.params["N"]
+
+    def run():
+        m = X.max(axis=1, keepdims=True)
+        e = cp.exp(X - m)
+        p = e / e.sum(axis=1, keepdims=True)
+        idx = cp.argsort(-p, axis=1)[:, :N]
+        return {"probs": cp.take_along_axis(p, idx, axis=1), "idx": idx}
+    return run
+
+
+def torch_available() -> Optional[str]:
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return "PyTorch sees no GPU"
+    except Exception as e:
+        return f"PyTorch is not importable ({type(e).__name__})"
+    return None
+
+
+def _torch_topk(case: Case, ctx):
+    import torch
+    cp = _cp()
+    X = torch.as_tensor(cp.asarray(case.inputs["x"]), device="cuda")
+    N = case.params["N"]
+
+    def run():
+        v, i = torch.topk(torch.softmax(X, dim=1), N, dim=1, sorted=True)
+        return {"probs": v, "idx": i}
+    return run
+
+
+def topn_cost(case: Case) -> Cost:
+    L, K, N = (case.params[k] for k in ("L", "K", "N"))
+    return Cost(bytes=4.0 * L * K + 8.0 * L * N, flops=0.0)
+
+
+def topn_variants(check_exact, check_ties) -> Dict[str, Variant]:
+    return {
+        "topn_atomic": Variant("topn_atomic", "ours", _topn_ours("atomic"), topn_cost, check=check_exact,
+                               note="paper Alg. 4, corrected: 64-bit atomicMax insertion"),
+        "topn_early_exit": Variant("topn_early_exit", "ours", _topn_ours("early_exit"), topn_cost, check=check_exact,
+                                   note="Alg. 4 + skip keys below the N-th slot"),
+        "topn_split": Variant("topn_split", "ours", _topn_ours("split"), topn_cost, check=check_exact,
+                              note="several blocks per row (radix select) + merge"),
+        "topn_radix": Variant("topn_radix", "ours", _topn_ours("radix"), topn_cost, check=check_exact,
+                              note="row in shared memory, radix select + bitonic sort of N"),
+        "online_topk": Variant("online_topk", "baseline", _topn_ours("online"), topn_cost, check=check_exact,
+                               note="Milakov & Gimelshein online softmax + per-thread top-k, ours"),
+        "softmax_topk": Variant("softmax_topk", "baseline", _softmax_topk_cupy, topn_cost, check=check_ties,
+                                note="CuPy softmax, then argsort"),
+        "torch_topk": Variant("torch_topk", "baseline", _torch_topk, topn_cost, check=check_ties,
+                              note="torch.softmax, then torch.topk"),
+    }

@@ -1,0 +1,73 @@
+"""Schema and checks for model=sparse_dnn (SNIG on the HPEC Sparse DNN Challenge)."""
+from dataclasses import dataclass, field
+from typing import Any, List
+
+from pipeline.config import ModelConf, require, store, validator
+
+SIZES = (1024, 4096, 16384, 65536)
+DEPTHS = (120, 480, 1920)
+FORMATS = ("npz", "tsv", "radixnet")
+INPUTS = ("mnist", "random")
+
+
+@dataclass
+class SparseDnnDatasetConf:
+    """One network + its inputs: the packaged official npz, the official TSV files, or RadiX-Net."""
+    name: str = "hpec-1024"
+    kind: str = "real"                 # real | synthetic
+    path: str = ""                     # folder (npz: holds weights.npz ...; tsv: holds the challenge files)
+    format: str = "npz"                # npz | tsv | radixnet
+    neurons: int = 1024                # N
+    layers: int = 120                  # L (a prefix of the network's layers)
+    images: int = 0                    # 0: every image the source has (npz: 1200, else 60000)
+    bias: float = 0.0                  # 0: the paper's Table 1 value for N
+    ymax: float = 32.0
+    inputs: str = "mnist"              # radixnet only: mnist (resized + binarized) | random
+    golden: str = ""                   # tsv only: categories file name ('' = neuron{N}-l{L}-categories.tsv)
+    small_layers: int = 24             # size=small preset (CPU backend)
+    small_images: int = 400
+
+
+@dataclass
+class SparseDnnConf(ModelConf):
+    batch_size: int = 0                # images per batch on the GPU; 0 = all images in one batch
+    weight_buffers: int = 2            # nb: device weight buffers the layers stream through
+    num_secs: int = 0                  # output sections per row; 0 = from the device's shared memory
+    smem_optin: bool = True            # allow > 48 KB dynamic shared memory (Hopper: ~227 KB)
+    block: List[int] = field(default_factory=lambda: [2, 512])   # (dim_x, dim_y) of the snig kernel
+    graph: bool = True                 # capture the per-batch pass as a CUDA graph (fallback: streams)
+    repeats: int = 3                   # timed passes per variant (median reported)
+    warmup: int = 1
+    saturation_shortcut: bool = True   # reference: skip rows that are provably saturated (exact)
+    grid: List[Any] = field(default_factory=list)   # [[N, L], ...]: run each cell (snig_table3)
+    paper: Any = None                  # the paper's Table 3 numbers (experiment config)
+
+
+store("model", "schema_sparse_dnn", SparseDnnConf)
+store("dataset", "schema_sparse_dnn_dataset", SparseDnnDatasetConf)
+
+
+@validator("sparse_dnn")
+def _check(cfg) -> None:
+    m, d = cfg.model, cfg.dataset
+    require(str(d.get("format", "")) in FORMATS, "dataset.format", d.get("format"), f"one of {', '.join(FORMATS)}")
+    require(int(d.neurons) > 0, "dataset.neurons", d.neurons, "a positive integer")
+    if d.format == "radixnet":
+        require(int(d.neurons) in SIZES, "dataset.neurons", d.neurons, f"one of {SIZES} for RadiX-Net")
+        require(str(d.inputs) in INPUTS, "dataset.inputs", d.inputs, f"one of {', '.join(INPUTS)}")
+    require(int(d.layers) > 0, "dataset.layers", d.layers, "a positive integer")
+    require(int(d.images) >= 0, "dataset.images", d.images, "0 (all) or a positive integer")
+    require(float(d.ymax) > 0, "dataset.ymax", d.ymax, "a positive number")
+    require(int(m.batch_size) >= 0, "model.batch_size", m.batch_size, "0 (one batch) or a positive integer")
+    require(int(m.weight_buffers) >= 1, "model.weight_buffers", m.weight_buffers, "at least 1")
+    require(int(m.num_secs) >= 0, "model.num_secs", m.num_secs, "0 (auto) or a positive integer")
+    if int(m.num_secs) > 0:
+        require(int(d.neurons) % int(m.num_secs) == 0, "model.num_secs", m.num_secs,
+                f"a divisor of dataset.neurons={d.neurons}")
+    blk = list(m.block)
+    require(len(blk) == 2 and all(int(b) > 0 for b in blk) and int(blk[0]) * int(blk[1]) <= 1024,
+            "model.block", blk, "[dim_x, dim_y] with dim_x*dim_y <= 1024")
+    require(int(m.repeats) >= 1, "model.repeats", m.repeats, "at least 1")
+    for cell in list(m.grid):
+        ok = len(cell) == 2 and int(cell[0]) in SIZES and int(cell[1]) > 0
+        require(ok, "model.grid", list(cell), f"[N, L] with N in {SIZES}")

@@ -1,0 +1,300 @@
+"""HPEC Sparse DNN Challenge data: the official TSV files and the packaged npz (data/hpec-1024).
+
+Official formats (all 1-based, tab separated): weights ``n{N}-l{k}.tsv`` (``row col value``, row =
+input neuron, col = output neuron, so a layer computes ``Z = Y @ W``), inputs
+``sparse-images-{N}.tsv`` (``image pixel value``) and golden ``neuron{N}-l{L}-categories.tsv`` (one
+image index per line). Loaders return 0-based SciPy CSR float32 matrices; a malformed line, an index
+out of range, a layer of another size or a golden file of the wrong length raises a one-line
+:class:`DataError` naming the file and line. Parsed TSV is cached (``cached_arrays``) only after the
+whole file has been checked, so nothing is cached from a broken file.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from pipeline.data.cache import cached_arrays
+from pipeline.errors import DataError
+
+# Paper Table 1: the bias of each network size.
+BIAS = {1024: -0.30, 4096: -0.35, 16384: -0.40, 65536: -0.45}
+# Known lengths of the official golden files (notes §1.3).
+GOLDEN_COUNT = {(1024, 120): 1812}
+YMAX = 32.0
+
+
+@dataclass
+class Network:
+    """A sparse DNN and its inputs, host side (0-based, float32)."""
+    name: str
+    N: int
+    bias: float
+    ymax: float
+    layers: List[sp.csr_matrix]                 # each N x N, W[i, j] = edge input i -> output j
+    Y0: sp.csr_matrix                           # images x N
+    golden: Optional[np.ndarray] = None         # 0-based categories, None: compute with the reference
+    meta: Dict[str, object] = field(default_factory=dict)
+
+    @property
+    def L(self) -> int:
+        return len(self.layers)
+
+    @property
+    def images(self) -> int:
+        return self.Y0.shape[0]
+
+    def edges(self) -> int:
+        return int(sum(w.nnz for w in self.layers))
+
+
+# ------------------------------------------------------------------------------ TSV parsing
+
+def _bad_line(path: Path, lines: Sequence[str], ncols: int, kinds: str) -> DataError:
+    """Find the first malformed line (slow path, only after the fast parse failed)."""
+    for i, line in enumerate(lines, 1):
+        s = line.strip()
+        if not s:
+            return DataError(f"{path}:{i}: empty line; expected {ncols} tab-separated fields")
+        parts = s.split()
+        if len(parts) != ncols:
+            return DataError(f"{path}:{i}: {len(parts)} field(s) in {s[:60]!r}; expected {ncols} "
+                             f"({kinds})")
+        for j, p in enumerate(parts):
+            try:
+                v = float(p)
+            except ValueError:
+                return DataError(f"{path}:{i}: field {j + 1} {p!r} is not a number ({kinds})")
+            if j < 2 and v != int(v):
+                return DataError(f"{path}:{i}: field {j + 1} {p!r} is not an integer index ({kinds})")
+            if not np.isfinite(v):
+                return DataError(f"{path}:{i}: field {j + 1} {p!r} is not finite ({kinds})")
+    return DataError(f"{path}: cannot be parsed as {ncols} columns ({kinds})")
+
+
+def read_table(path, ncols: int, kinds: str) -> np.ndarray:
+    """The numeric table of a TSV file, float64 (rows, ncols); DataError naming file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: cannot read ({e})") from e
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise DataError(f"{path}:1: the file is empty; expected {ncols} fields per line ({kinds})")
+    try:
+        flat = np.array(text.split(), dtype=np.float64)
+        ok = flat.size == len(lines) * ncols and re.search(r"\n\s*\n", text.rstrip()) is None
+    except ValueError:
+        ok = False
+    if ok:
+        tab = flat.reshape(len(lines), ncols)
+        # a line with too many fields plus one with too few can keep the total right: check per line
+        counts = np.fromiter((len(l.split()) for l in lines), dtype=np.int64, count=len(lines)) \
+            if len(lines) < 2_000_000 else None
+        if counts is not None and not np.all(counts == ncols):
+            raise _bad_line(path, lines, ncols, kinds)
+        if not np.all(np.isfinite(tab)):
+            raise _bad_line(path, lines, ncols, kinds)
+        idx = tab[:, : min(2, ncols)]
+        if not np.all(idx == np.floor(idx)):
+            raise _bad_line(path, lines, ncols, kinds)
+        return tab
+    raise _bad_line(path, lines, ncols, kinds)
+
+
+def _check_range(path: Path, tab: np.ndarray, col: int, lo: int, hi: int, what: str) -> None:
+    bad = np.flatnonzero((tab[:, col] < lo) | (tab[:, col] > hi))
+    if bad.size:
+        i = int(bad[0])
+        raise DataError(f"{path}:{i + 1}: {what} {int(tab[i, col])} is out of range {lo}..{hi}")
+
+
+def read_layer_tsv(path, N: int) -> sp.csr_matrix:
+    """One weight layer ``n{N}-l{k}.tsv`` -> N x N CSR float32 (0-based)."""
+    path = Path(path)
+    tab = read_table(path, 3, "row<TAB>col<TAB>value, 1-based")
+    top = int(tab[:, :2].max())
+    if top > N:
+        i = int(np.flatnonzero(tab[:, :2].max(axis=1) == top)[0])
+        raise DataError(f"{path}:{i + 1}: neuron index {top} > N={N}: this layer belongs to a larger "
+                        f"network; set dataset.neurons to its size")
+    _check_range(path, tab, 0, 1, N, "row (input neuron)")
+    _check_range(path, tab, 1, 1, N, "col (output neuron)")
+    if top < N:
+        raise DataError(f"{path}:{len(tab)}: the layer only reaches neuron {top} < N={N}: its size differs "
+                        f"from N; set dataset.neurons to the network's size")
+    r = tab[:, 0].astype(np.int64) - 1
+    c = tab[:, 1].astype(np.int64) - 1
+    key = r * N + c
+    if np.unique(key).size != key.size:
+        _, first = np.unique(key, return_index=True)
+        dup = np.setdiff1d(np.arange(key.size), first)[0]
+        raise DataError(f"{path}:{dup + 1}: duplicate entry ({r[dup] + 1}, {c[dup] + 1})")
+    W = sp.csr_matrix((tab[:, 2].astype(np.float32), (r, c)), shape=(N, N), dtype=np.float32)
+    W.sort_indices()
+    return W
+
+
+def read_images_tsv(path, N: int, images: int = 0) -> sp.csr_matrix:
+    """``sparse-images-{N}.tsv`` -> (images x N) CSR float32; ``images`` = 0: as many as the file has."""
+    path = Path(path)
+    tab = read_table(path, 3, "image<TAB>pixel<TAB>value, 1-based")
+    n_img = int(tab[:, 0].max())
+    _check_range(path, tab, 0, 1, 1 << 31, "image index")
+    _check_range(path, tab, 1, 1, N, "pixel (neuron) index")
+    if images:
+        keep = tab[:, 0] <= images
+        tab = tab[keep]
+        n_img = images
+    Y0 = sp.csr_matrix((tab[:, 2].astype(np.float32), (tab[:, 0].astype(np.int64) - 1,
+                                                        tab[:, 1].astype(np.int64) - 1)),
+                       shape=(n_img, N), dtype=np.float32)
+    Y0.sum_duplicates()
+    return Y0
+
+
+def read_categories_tsv(path, images: int, expected: Optional[int] = None) -> np.ndarray:
+    """Golden ``neuron{N}-l{L}-categories.tsv`` -> sorted 0-based int64 image indices."""
+    path = Path(path)
+    tab = read_table(path, 1, "one 1-based image index per line")
+    _check_range(path, tab, 0, 1, 1 << 31, "image index")
+    cats = tab[:, 0].astype(np.int64)
+    if np.any(np.diff(cats) <= 0):
+        i = int(np.flatnonzero(np.diff(cats) <= 0)[0]) + 1
+        raise DataError(f"{path}:{i + 1}: image index {cats[i]} is not ascending (after {cats[i - 1]})")
+    if expected is not None and cats.size != expected:
+        raise DataError(f"{path}:{cats.size}: the golden file has {cats.size} lines but this network's "
+                        f"golden set has {expected}: wrong or truncated file")
+    return cats - 1
+
+
+def _stamp(p: Path) -> str:
+    st = p.stat()
+    return f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def load_tsv(folder, N: int, L: int, images: int = 0, bias: Optional[float] = None, ymax: float = YMAX,
+             golden: str = "", cache_dir: Optional[str] = None, progress=None) -> Network:
+    """The official files from ``folder``: weights in ``folder`` or ``folder/neuron{N}/``, inputs
+    ``sparse-images-{N}.tsv`` and golden ``neuron{N}-l{L}-categories.tsv`` (optional). Each
+    parsed layer is cached under ``cache_dir`` keyed by the file's path, size and mtime."""
+    folder = Path(folder)
+    wdir = folder / f"neuron{N}" if (folder / f"neuron{N}").is_dir() else folder
+    files = [wdir / f"n{N}-l{k}.tsv" for k in range(1, L + 1)]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise DataError(f"{missing[0]}: missing weight layer ({len(missing)} of {L} missing); "
+                        f"dataset.layers={L} needs n{N}-l1..{L}.tsv")
+
+    def cached(name, path, build):
+        if not cache_dir:
+            return build()
+        return cached_arrays(cache_dir, f"hpec-{name}", {"file": _stamp(path)}, build)
+
+    layers = []
+    it = progress(files, desc="weights") if progress else files
+    for f in it:
+        def build(f=f):
+            W = read_layer_tsv(f, N)
+            return {"indptr": W.indptr, "indices": W.indices, "data": W.data}
+        a = cached(f"n{N}-layer", f, build)
+        layers.append(sp.csr_matrix((a["data"], a["indices"], a["indptr"]), shape=(N, N)))
+    img = folder / f"sparse-images-{N}.tsv"
+    if not img.is_file():
+        raise DataError(f"{img}: missing input file (sparse-images-{N}.tsv)")
+
+    def build_img():
+        Y = read_images_tsv(img, N)
+        return {"indptr": Y.indptr, "indices": Y.indices, "data": Y.data, "shape": np.array(Y.shape)}
+    a = cached(f"images{N}", img, build_img)
+    Y0 = sp.csr_matrix((a["data"], a["indices"], a["indptr"]), shape=tuple(a["shape"]))
+    n_all = Y0.shape[0]
+    if images:
+        if images > n_all:
+            raise DataError(f"{img}: has {n_all} images, dataset.images={images} asks for more")
+        Y0 = Y0[:images]
+    gold = folder / (golden or f"neuron{N}-l{L}-categories.tsv")
+    cats = None
+    if gold.is_file():
+        cats = read_categories_tsv(gold, n_all, GOLDEN_COUNT.get((N, L)) if n_all == 60000 else None)
+        if cats.size and cats[-1] >= n_all:
+            raise DataError(f"{gold}:{cats.size}: image index {cats[-1] + 1} > {n_all} images in {img.name}")
+        cats = cats[cats < Y0.shape[0]]
+    elif golden:
+        raise DataError(f"{gold}: golden categories file not found (dataset.golden)")
+    return Network(name=f"hpec-tsv-{N}-l{L}", N=N, bias=BIAS.get(N, -0.3) if bias is None else bias,
+                   ymax=ymax, layers=layers, Y0=Y0, golden=cats,
+                   meta={"source": str(folder), "golden_file": str(gold) if cats is not None else ""})
+
+
+# ------------------------------------------------------------------------------ packaged npz
+
+def _npz(path: Path) -> Dict[str, np.ndarray]:
+    if not path.is_file():
+        raise DataError(f"{path}: missing (see data/hpec-1024/SOURCE.md)")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except Exception as e:   # zipfile / format errors
+        raise DataError(f"{path}: not a readable npz ({type(e).__name__}: {e})") from e
+
+
+def load_npz(folder, L: int = 0, images: int = 0, bias: Optional[float] = None,
+             ymax: Optional[float] = None) -> Network:
+    """The packaged official subset (data/hpec-1024): 120 layers, 1200 images, golden subset."""
+    folder = Path(folder)
+    w, x, g = (_npz(folder / f) for f in ("weights.npz", "inputs.npz", "categories.npz"))
+    for key in ("row", "col", "val", "N", "L", "bias"):
+        if key not in w:
+            raise DataError(f"{folder / 'weights.npz'}: key '{key}' is missing")
+    N, L_all = int(w["N"]), int(w["L"])
+    L = L or L_all
+    if L > L_all:
+        raise DataError(f"{folder / 'weights.npz'}: holds {L_all} layers, dataset.layers={L} asks for more")
+    if w["row"].shape[0] != L_all or w["row"].shape != w["col"].shape or w["row"].shape != w["val"].shape:
+        raise DataError(f"{folder / 'weights.npz'}: row/col/val shapes {w['row'].shape}/{w['col'].shape}/"
+                        f"{w['val'].shape} disagree with L={L_all}")
+    layers = []
+    for l in range(L):
+        r, c = w["row"][l], w["col"][l]
+        if r.min() < 0 or c.min() < 0 or r.max() >= N or c.max() >= N:
+            raise DataError(f"{folder / 'weights.npz'}: layer {l + 1} has an index outside 0..{N - 1}")
+        W = sp.csr_matrix((w["val"][l].astype(np.float32), (r, c)), shape=(N, N), dtype=np.float32)
+        W.sort_indices()
+        layers.append(W)
+    shape = tuple(int(s) for s in x["shape"])
+    if shape[1] != N:
+        raise DataError(f"{folder / 'inputs.npz'}: images have {shape[1]} pixels, the network has N={N}")
+    Y0 = sp.csr_matrix((x["val"].astype(np.float32), (x["image"], x["pixel"])), shape=shape, dtype=np.float32)
+    subset = np.asarray(g["subset"], np.int64)
+    if int(g["n_images_subset"]) != shape[0]:
+        raise DataError(f"{folder / 'categories.npz'}: golden subset is for {int(g['n_images_subset'])} images, "
+                        f"inputs.npz has {shape[0]}")
+    golden = subset if L == L_all else None       # the golden set is for the full 120 layers
+    if images:
+        if images > shape[0]:
+            raise DataError(f"{folder / 'inputs.npz'}: has {shape[0]} images, dataset.images={images} asks for more")
+        Y0 = Y0[:images]
+        golden = None if golden is None else golden[golden < images]
+    b = float(w["bias"]) if bias is None else bias
+    return Network(name=f"hpec-{N}-l{L}", N=N, bias=b, ymax=float(w.get("ymax", YMAX)) if ymax is None else ymax,
+                   layers=layers, Y0=Y0, golden=golden,
+                   meta={"source": str(folder), "golden_full": np.asarray(g["full"], np.int64)})
+
+
+def write_tsv_layer(path, W: sp.spmatrix) -> None:
+    """Write a layer in the official format (1-based, sorted by (col, row)); used by tests/tools."""
+    C = sp.csc_matrix(W)
+    C.sort_indices()
+    coo = C.tocoo()
+    with open(path, "w") as f:
+        for r, c, v in zip(coo.row, coo.col, coo.data):
+            f.write(f"{r + 1}\t{c + 1}\t{v:.6e}\n")

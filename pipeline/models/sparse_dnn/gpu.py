@@ -1,0 +1,456 @@
+"""GPU variants of model=sparse_dnn: snig (the paper's kernel, weights streamed through nb device
+buffers, the per-batch pass captured once as a CUDA graph), bf (host-side row compaction every
+layer) and cusparse (cuSPARSE SpMM through CuPy, same semantics and row skipping).
+
+Every variant returns the 0-based categories of all images plus the nonzero-row count after each
+layer; timings come from the runner's device (the pass is synchronous at its end).
+"""
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from pipeline.errors import GpuError
+
+MODEL_DIR = "sparse_dnn"
+
+
+def sections(N: int, smem_bytes: int, num_secs: int = 0) -> int:
+    """Notes §2.2 (get_sec_size): 1 if the row fits shared memory, else the smallest divisor d of
+    N with N/d floats fitting."""
+    if num_secs:
+        return num_secs
+    cap = smem_bytes // 4
+    if N <= cap:
+        return 1
+    for d in range(2, N + 1):
+        if N % d == 0 and N // d <= cap:
+            return d
+    raise GpuError(f"N={N} cannot be sectioned into {smem_bytes} bytes of shared memory")
+
+
+# ------------------------------------------------------------------------------ packing (host)
+
+def pack_sectioned(layers: List[sp.csr_matrix], S: int) -> Tuple[np.ndarray, int]:
+    """Pinned (L, stride) int32 array, one row per layer: [col_w (S*N+1) | row_w (cap) | val (cap)]."""
+    from pipeline.gpu.transfer import pinned_like  # noqa: F401  (import check)
+    import pycuda.driver as drv
+    N = layers[0].shape[0]
+    sec = N // S
+    cap = max(w.nnz for w in layers)
+    stride = -(-(S * N + 1 + 2 * cap) // 32) * 32
+    out = drv.pagelocked_empty((len(layers), stride), np.int32)
+    for l, W in enumerate(layers):
+        coo = W.tocoo()
+        i, j = coo.row.astype(np.int64), coo.col.astype(np.int64)
+        key = (j // sec) * N + i
+        order = np.lexsort((j, key))
+        ptr = np.zeros(S * N + 1, np.int64)
+        np.cumsum(np.bincount(key, minlength=S * N), out=ptr[1:])
+        row = out[l]
+        row[: S * N + 1] = ptr
+        row[S * N + 1: S * N + 1 + W.nnz] = j[order]
+        row[S * N + 1 + cap: S * N + 1 + cap + W.nnz] = coo.data.astype(np.float32)[order].view(np.int32)
+    return out, cap
+
+
+def pack_csc(layers: List[sp.csr_matrix]) -> Tuple[np.ndarray, int]:
+    """Pinned (L, stride) int32: [colptr (N+1) | rowidx (cap) | val (cap)] (= CSR of W^T)."""
+    import pycuda.driver as drv
+    N = layers[0].shape[0]
+    cap = max(w.nnz for w in layers)
+    stride = -(-(N + 1 + 2 * cap) // 32) * 32
+    out = drv.pagelocked_empty((len(layers), stride), np.int32)
+    for l, W in enumerate(layers):
+        C = sp.csc_matrix(W)
+        C.sort_indices()
+        row = out[l]
+        row[: N + 1] = C.indptr
+        row[N + 1: N + 1 + C.nnz] = C.indices
+        row[N + 1 + cap: N + 1 + cap + C.nnz] = C.data.astype(np.float32).view(np.int32)
+    return out, cap
+
+
+# ------------------------------------------------------------------------------ CUDA graphs
+
+class _Driver:
+    """The few driver-API calls PyCUDA 2026.1 lacks (stream capture, graphs), through ctypes."""
+    _lib = None
+
+    @classmethod
+    def lib(cls):
+        if cls._lib is None:
+            cls._lib = ctypes.CDLL("libcuda.so.1")
+        return cls._lib
+
+    @classmethod
+    def call(cls, name: str, *args) -> None:
+        rc = getattr(cls.lib(), name)(*args)
+        if rc != 0:
+            raise GpuError(f"{name} failed with CUDA error {rc}")
+
+
+class Graph:
+    """Capture what ``enqueue()`` puts on ``stream`` (and streams joined to it) as a CUDA graph."""
+
+    def __init__(self, stream, enqueue):
+        self.stream = stream
+        h = ctypes.c_void_p(int(stream.handle))
+        graph = ctypes.c_void_p()
+        _Driver.call("cuStreamBeginCapture_v2", h, ctypes.c_int(2))      # relaxed mode
+        try:
+            enqueue()
+        finally:
+            rc = _Driver.lib().cuStreamEndCapture(h, ctypes.byref(graph))
+        if rc != 0:
+            raise GpuError(f"cuStreamEndCapture failed with CUDA error {rc}")
+        self.graph = graph
+        self.exec = ctypes.c_void_p()
+        _Driver.call("cuGraphInstantiateWithFlags", ctypes.byref(self.exec), graph, ctypes.c_ulonglong(0))
+
+    def launch(self) -> None:
+        _Driver.call("cuGraphLaunch", self.exec, ctypes.c_void_p(int(self.stream.handle)))
+
+    def __del__(self):
+        try:
+            if self.exec:
+                _Driver.lib().cuGraphExecDestroy(self.exec)
+            if self.graph:
+                _Driver.lib().cuGraphDestroy(self.graph)
+        except Exception:
+            pass
+
+
+# ------------------------------------------------------------------------------ common state
+
+@dataclass
+class Result:
+    categories: np.ndarray
+    rows: np.ndarray                       # nonzero rows after each layer (profiled pass) or empty
+    transfer_ms: float = float("nan")      # sum of the weight copies (profiled pass)
+    compute_ms: float = float("nan")       # sum of the layer kernels (profiled pass)
+    info: Dict[str, object] = field(default_factory=dict)
+
+
+def _device_inputs(Y0: sp.csr_matrix):
+    import cupy
+    return (cupy.asarray(Y0.indptr.astype(np.int64)), cupy.asarray(Y0.indices.astype(np.int32)),
+            cupy.asarray(Y0.data.astype(np.float32)))
+
+
+def _batches(n: int, batch: int):
+    batch = batch or n
+    return [(b, min(n, b + batch)) for b in range(0, n, batch)]
+
+
+class SnigRunner:
+    """The paper's pipeline on one GPU: per batch, stage inputs (outside the graph), then the L
+    layers: copy[l] (pinned -> buffer l % nb, copy stream) -> infer[l] (compute stream) with the
+    write-after-read guard infer[l] -> copy[l + nb]; the pass is captured once as a CUDA graph."""
+
+    def __init__(self, net, cfg_model, info, notice=print):
+        import cupy
+        import pycuda.driver as drv
+        from pipeline.gpu import kernels
+
+        self.net = net
+        self.N, self.L = net.N, net.L
+        limit = info.smem_per_block_optin - 1024 if cfg_model.smem_optin else 48 * 1024
+        self.S = sections(self.N, limit, int(cfg_model.num_secs))
+        self.sec = self.N // self.S
+        if self.sec * 4 > info.smem_per_block_optin:
+            raise GpuError(f"model.num_secs={self.S}: a section of {self.sec} floats needs {self.sec * 4} B of "
+                           f"shared memory, the device allows {info.smem_per_block_optin}; raise num_secs")
+        self.nb = max(1, min(int(cfg_model.weight_buffers), self.L))
+        self.bx, self.by = (int(b) for b in cfg_model.block)
+        self.n = net.images
+        self.batch = min(int(cfg_model.batch_size) or self.n, self.n)
+        self.use_graph = bool(cfg_model.graph)
+        self.notice = notice
+        mod = kernels.load(MODEL_DIR, "snig.cu")
+        self.k_infer = mod.kernel("snig_infer", "PPPPPiiiiff")
+        self.k_stage = mod.kernel("stage_rows", "PPPqiiiPP")
+        self.k_flags = mod.kernel("row_flags", "PiiPq")
+        self.shared = 4 * self.sec
+        if self.shared > 48 * 1024:
+            self.k_infer.allow_shared(self.shared)
+        t0 = time.perf_counter()
+        self.host_w, self.cap = pack_sectioned(net.layers, self.S)
+        self.pack_s = time.perf_counter() - t0
+        self.wbuf = [cupy.empty(self.host_w.shape[1], np.int32) for _ in range(self.nb)]
+        B, N, S = self.batch, self.N, self.S
+        try:
+            self.Y = [cupy.empty((B, N), np.float32), cupy.empty((B, N), np.float32)]
+        except cupy.cuda.memory.OutOfMemoryError as e:
+            raise GpuError(f"two {B} x {N} float32 result buffers do not fit on the GPU; lower "
+                           f"model.batch_size") from e
+        self.F = [cupy.zeros((B, S), np.uint8), cupy.ones((B, S), np.uint8)]
+        self.Y[1].fill(np.nan)            # poisoned: its flags are all 1, which the invariant allows
+        self.inp = _device_inputs(net.Y0)
+        self.out_flags = cupy.zeros(self.n, np.uint8)
+        self.compute = drv.Stream()
+        self.copy = drv.Stream()
+        ev = lambda: drv.Event(drv.event_flags.DISABLE_TIMING)   # noqa: E731
+        self.copied = [ev() for _ in range(self.nb)]
+        self.consumed = [ev() for _ in range(self.nb)]
+        self.start_ev = ev()
+        self.graphs: Dict[int, Graph] = {}
+        self.bias, self.ymax = np.float32(net.bias), np.float32(net.ymax)
+
+    # -- one pass over the layers for the staged batch of ``rows`` rows
+    def _copy(self, l: int, timing=None) -> None:
+        import pycuda.driver as drv
+        slot = l % self.nb
+        if timing is not None:
+            timing[0][l].record(self.copy)
+        drv.memcpy_htod_async(int(self.wbuf[slot].data.ptr), self.host_w[l], self.copy)
+        if timing is not None:
+            timing[1][l].record(self.copy)
+        self.copied[slot].record(self.copy)
+
+    def _pass(self, rows: int, timing=None, trace=None) -> None:
+        self.start_ev.record(self.compute)
+        self.copy.wait_for_event(self.start_ev)
+        for l in range(min(self.nb, self.L)):
+            self._copy(l, timing)
+        for l in range(self.L):
+            slot = l % self.nb
+            src, dst = l % 2, (l + 1) % 2
+            self.compute.wait_for_event(self.copied[slot])
+            if timing is not None:
+                timing[2][l].record(self.compute)
+            self.k_infer((rows, self.S), (self.bx, self.by), self.Y[src], self.F[src], self.Y[dst], self.F[dst],
+                         self.wbuf[slot], np.int32(self.N), np.int32(self.S), np.int32(self.sec),
+                         np.int32(self.cap), self.bias, self.ymax, shared=self.shared, stream=self.compute)
+            if timing is not None:
+                timing[3][l].record(self.compute)
+            if trace is not None:
+                trace(l, self.F[dst], rows)
+            self.consumed[slot].record(self.compute)
+            if l + self.nb < self.L:
+                self.copy.wait_for_event(self.consumed[slot])
+                self._copy(l + self.nb, timing)
+
+    def _stage(self, b0: int, b1: int) -> None:
+        import cupy
+        from pipeline.gpu.transfer import cupy_stream
+        rows = b1 - b0
+        with cupy_stream(self.compute):
+            self.Y[0][:rows].fill(0)
+            self.F[0][:rows].fill(0)
+        ip, ix, dv = self.inp
+        self.k_stage((rows,), (128,), ip, ix, dv, np.int64(b0), np.int32(self.N), np.int32(self.S),
+                     np.int32(self.sec), self.Y[0], self.F[0], stream=self.compute)
+
+    def _collect(self, b0: int, b1: int) -> None:
+        out = (self.L % 2)
+        rows = b1 - b0
+        self.k_flags((-(-rows // 256),), (256,), self.F[out], np.int32(rows), np.int32(self.S),
+                     self.out_flags, np.int64(b0), stream=self.compute)
+
+    def run(self) -> np.ndarray:
+        """All batches, timed by the caller; returns the 0-based categories."""
+        for b0, b1 in _batches(self.n, self.batch):
+            rows = b1 - b0
+            self._stage(b0, b1)
+            if self.use_graph:
+                g = self.graphs.get(rows)
+                if g is None:
+                    try:
+                        g = Graph(self.compute, lambda: self._pass(rows))
+                        self.graphs[rows] = g
+                    except Exception as e:     # refused capture: fall back to stream launches
+                        self.use_graph = False
+                        self.notice(f"snig: CUDA graph capture refused ({e}); using plain stream launches")
+                if g is not None:
+                    g.launch()
+                else:
+                    self._pass(rows)
+            else:
+                self._pass(rows)
+            self._collect(b0, b1)
+        self.compute.synchronize()
+        return np.flatnonzero(self.out_flags.get()).astype(np.int64)
+
+    def profile(self) -> Result:
+        """One instrumented pass (no graph): per-layer copy and kernel times, nonzero rows per layer."""
+        import cupy
+        import pycuda.driver as drv
+        from pipeline.gpu.transfer import cupy_stream
+        counts = cupy.zeros(self.L, np.int64)
+        c_ms, k_ms = 0.0, 0.0
+
+        def trace(l, F, rows):
+            with cupy_stream(self.compute):
+                counts[l] += F[:rows].any(axis=1).sum()
+        for b0, b1 in _batches(self.n, self.batch):
+            rows = b1 - b0
+            timing = [[drv.Event() for _ in range(self.L)] for _ in range(4)]
+            self._stage(b0, b1)
+            self._pass(rows, timing, trace)
+            self._collect(b0, b1)
+            self.compute.synchronize()
+            self.copy.synchronize()
+            c_ms += sum(timing[1][l].time_since(timing[0][l]) for l in range(self.L))
+            k_ms += sum(timing[3][l].time_since(timing[2][l]) for l in range(self.L))
+        cats = np.flatnonzero(self.out_flags.get()).astype(np.int64)
+        return Result(cats, cupy.asnumpy(counts), c_ms, k_ms,
+                      info={"num_secs": self.S, "sec_size": self.sec, "batch": self.batch, "nb": self.nb,
+                            "pack_s": self.pack_s, "graph": self.use_graph})
+
+
+class BfRunner:
+    """BF: one block per nonzero row (host-compacted list), whole row per block; after every layer
+    the host reads the row flags and compacts the list (a synchronisation per layer). Weights stream
+    through nb buffers like snig's (the copy of layer l+1.. overlaps the kernel of layer l)."""
+
+    def __init__(self, net, cfg_model, info, notice=print):
+        import cupy
+        import pycuda.driver as drv
+        from pipeline.gpu import kernels
+        self.net, self.N, self.L, self.n = net, net.N, net.L, net.images
+        self.batch = min(int(cfg_model.batch_size) or self.n, self.n)
+        self.nb = max(1, min(int(cfg_model.weight_buffers), self.L))
+        mod = kernels.load(MODEL_DIR, "snig.cu")
+        self.k_infer = mod.kernel("bf_infer", "PPPPPiiff")
+        self.k_stage = mod.kernel("stage_rows", "PPPqiiiPP")
+        self.host_w, self.cap = pack_csc(net.layers)
+        self.wbuf = [cupy.empty(self.host_w.shape[1], np.int32) for _ in range(self.nb)]
+        B, N = self.batch, self.N
+        self.Y = [cupy.empty((B, N), np.float32), cupy.empty((B, N), np.float32)]
+        self.Y[1].fill(np.nan)
+        self.dummy_flags = cupy.zeros((B, 1), np.uint8)
+        self.rows_dev = cupy.empty(B, np.int32)
+        self.row_nz = cupy.empty(B, np.uint8)
+        self.inp = _device_inputs(net.Y0)
+        self.compute, self.copy = drv.Stream(), drv.Stream()
+        self.copied = [drv.Event() for _ in range(self.nb)]
+        self.consumed = [drv.Event() for _ in range(self.nb)]
+        self.bias, self.ymax = np.float32(net.bias), np.float32(net.ymax)
+        self.nnz_rows = np.zeros(self.L, np.int64)
+        self.c_ms = self.k_ms = 0.0
+
+    def _copy(self, l: int) -> None:
+        import pycuda.driver as drv
+        slot = l % self.nb
+        self.copy.wait_for_event(self.consumed[slot])
+        drv.memcpy_htod_async(int(self.wbuf[slot].data.ptr), self.host_w[l], self.copy)
+        self.copied[slot].record(self.copy)
+
+    def run(self, profile: bool = False) -> np.ndarray:
+        import cupy
+        import pycuda.driver as drv
+        from pipeline.gpu.transfer import cupy_stream
+        cats = []
+        self.nnz_rows[:] = 0
+        for b0, b1 in _batches(self.n, self.batch):
+            rows = b1 - b0
+            with cupy_stream(self.compute):
+                self.Y[0][:rows].fill(0)
+            ip, ix, dv = self.inp
+            self.k_stage((rows,), (128,), ip, ix, dv, np.int64(b0), np.int32(self.N), np.int32(1),
+                         np.int32(self.N), self.Y[0], self.dummy_flags, stream=self.compute)
+            active = np.flatnonzero(np.diff(self.net.Y0.indptr[b0:b1 + 1]) > 0).astype(np.int32)
+            for s in range(self.nb):
+                self.consumed[s].record(self.compute)
+            for l in range(min(self.nb, self.L)):
+                self._copy(l)
+            for l in range(self.L):
+                slot = l % self.nb
+                src, dst = l % 2, (l + 1) % 2
+                if active.size:
+                    drv.memcpy_htod_async(int(self.rows_dev.data.ptr), active, self.compute)
+                    self.compute.wait_for_event(self.copied[slot])
+                    if profile:
+                        e0, e1 = drv.Event(), drv.Event()
+                        e0.record(self.compute)
+                    self.k_infer((active.size,), (1024,), self.Y[src], self.Y[dst], self.rows_dev, self.row_nz,
+                                 self.wbuf[slot], np.int32(self.N), np.int32(self.cap), self.bias, self.ymax,
+                                 stream=self.compute)
+                    if profile:
+                        e1.record(self.compute)
+                self.consumed[slot].record(self.compute)
+                if l + self.nb < self.L:
+                    self._copy(l + self.nb)
+                if active.size:
+                    flags = np.empty(active.size, np.uint8)
+                    drv.memcpy_dtoh_async(flags, int(self.row_nz.data.ptr), self.compute)
+                    self.compute.synchronize()                 # host-side compaction every layer
+                    if profile:
+                        self.k_ms += e1.time_since(e0)
+                    active = active[flags.astype(bool)]
+                self.nnz_rows[l] += active.size
+            cats.append(active.astype(np.int64) + b0)
+        self.copy.synchronize()
+        return np.sort(np.concatenate(cats)) if cats else np.zeros(0, np.int64)
+
+    def profile(self) -> Result:
+        import pycuda.driver as drv
+        self.k_ms = 0.0
+        cats = self.run(profile=True)
+        # the weight stream alone: every layer once per batch
+        e0, e1 = drv.Event(), drv.Event()
+        e0.record(self.copy)
+        for _ in _batches(self.n, self.batch):
+            for l in range(self.L):
+                drv.memcpy_htod_async(int(self.wbuf[l % self.nb].data.ptr), self.host_w[l], self.copy)
+        e1.record(self.copy)
+        e1.synchronize()
+        return Result(cats, self.nnz_rows.copy(), e1.time_since(e0), self.k_ms,
+                      info={"batch": self.batch, "nb": self.nb})
+
+
+class CusparseRunner:
+    """cuSPARSE SpMM through cupyx: Z^T = W^T Y^T per layer on the active rows only (Y^T dense,
+    N x active), bias on nonzeros, clip, then the all-zero columns (rows of Y) are dropped."""
+
+    def __init__(self, net, cfg_model, info, notice=print):
+        import cupy
+        import pycuda.driver as drv
+        self.net, self.N, self.L, self.n = net, net.N, net.L, net.images
+        # dense Y^T plus the product and temporaries: cap the batch at ~1/6 of device memory
+        fit = max(1, int(info.total_mem // (6 * 4 * self.N)))
+        self.batch = min(int(cfg_model.batch_size) or self.n, self.n, fit)
+        self.host_w, self.cap = pack_csc(net.layers)
+        self.nnz = [w.nnz for w in net.layers]
+        self.wbuf = cupy.empty(self.host_w.shape[1], np.int32)
+        self.bias, self.ymax = np.float32(net.bias), np.float32(net.ymax)
+        self.nnz_rows = np.zeros(self.L, np.int64)
+
+    def run(self) -> np.ndarray:
+        import cupy
+        import cupyx.scipy.sparse as csp
+        cats = []
+        self.nnz_rows[:] = 0
+        N, cap = self.N, self.cap
+        for b0, b1 in _batches(self.n, self.batch):
+            Y = csp.csr_matrix(self.net.Y0[b0:b1])
+            active = cupy.arange(b1 - b0)
+            Yt = cupy.ascontiguousarray(Y.T.toarray())              # N x rows
+            keep = Yt.any(axis=0)
+            Yt, active = Yt[:, keep], active[keep]
+            for l in range(self.L):
+                self.wbuf.set(self.host_w[l])
+                if active.size:
+                    nnz = self.nnz[l]
+                    Wt = csp.csr_matrix((self.wbuf[N + 1 + cap: N + 1 + cap + nnz].view(np.float32),
+                                         self.wbuf[N + 1: N + 1 + nnz], self.wbuf[: N + 1]), shape=(N, N))
+                    Z = Wt @ Yt                                     # cuSPARSE SpMM
+                    Z = cupy.where(Z != 0, cupy.clip(Z + self.bias, 0, self.ymax), 0).astype(np.float32)
+                    keep = Z.any(axis=0)
+                    Yt, active = Z[:, keep], active[keep]
+                self.nnz_rows[l] += int(active.size)
+            cats.append(cupy.asnumpy(active).astype(np.int64) + b0)
+        return np.sort(np.concatenate(cats)) if cats else np.zeros(0, np.int64)
+
+    def profile(self) -> Result:
+        cats = self.run()
+        return Result(cats, self.nnz_rows.copy(), info={"batch": self.batch})
+
+
+RUNNERS = {"snig": SnigRunner, "bf": BfRunner, "cusparse": CusparseRunner}

@@ -1,0 +1,287 @@
+"""model=sparse_dnn: SNIG sparse DNN inference on the HPEC Sparse DNN Challenge networks.
+
+The dataset picks the network (official packaged subset, official TSV files, or a RadiX-Net of any
+challenge size with MNIST-derived inputs); kernel= picks the variant (snig, bf, cusparse, cpu) and
+model.baselines are timed beside it in the same run. Every variant's categories must equal the
+golden set exactly (official golden file, else the CPU reference's answer, cached); the rate is
+images x edges / time (the paper's metric, edges/s).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import scipy.sparse as sp
+
+from pipeline.config import check_variants
+from pipeline.data import hpec, radixnet
+from pipeline.data.cache import cached_arrays
+from pipeline.data.paths import find
+from pipeline.errors import ConfigError, DataError
+from pipeline.models.base import Model
+from pipeline.models.sparse_dnn import reference as ref
+from pipeline.results import Report
+
+GPU_VARIANTS = ["snig", "bf", "cusparse"]
+CPU_VARIANTS = ["cpu"]
+SMALL = dict(N=1024)            # size=small (CPU backend): RadiX-Net shrinks to N=1024
+
+
+def load_network(cfg, N: int, L: int, images: int, small: bool, progress=None, notice=print) -> hpec.Network:
+    """The network of ``cfg.dataset`` with N, L, images overriding its sizes; the golden set filled
+    in (official file, else the CPU reference, cached under cache_dir)."""
+    d = cfg.dataset
+    bias = float(d.bias) if float(d.bias) != 0 else None
+    ymax = float(d.ymax)
+    seed = int(cfg.seed)
+    if d.format == "npz":
+        folder = find(cfg, str(d.path or "hpec-1024"), "the packaged official subset, see data/hpec-1024/SOURCE.md")
+        net = hpec.load_npz(folder, L=L, images=images, bias=bias, ymax=ymax)
+    elif d.format == "tsv":
+        if not d.path:
+            raise ConfigError("dataset.path='' is not allowed: the folder holding the official TSV files")
+        folder = find(cfg, str(d.path), "the official challenge TSV files")
+        net = hpec.load_tsv(folder, N, L, images=images, bias=bias, ymax=ymax, golden=str(d.golden),
+                            cache_dir=str(cfg.cache_dir), progress=progress)
+    else:
+        n = images or radixnet.IMAGES
+        kind = str(d.inputs)
+
+        def build_inputs():
+            if kind == "random":
+                return radixnet.random_inputs(N, n, seed)
+            from pipeline.data import mnist
+            try:
+                imgs, _ = mnist.load(cfg, "train")
+            except DataError as e:
+                raise DataError(f"{e} (or use dataset.inputs=random)") from e
+            return radixnet.mnist_inputs(imgs, N, n, progress=progress)
+        a = cached_arrays(str(cfg.cache_dir), "radixnet-inputs", {"N": N, "n": n, "inputs": kind, "seed": seed,
+                                                                  "v": 1}, build_inputs)
+        Y0 = sp.csr_matrix((a["data"], a["indices"], a["indptr"]), shape=tuple(int(s) for s in a["shape"]))
+        net = radixnet.make_network(N, L, Y0, seed=seed, bias=bias, ymax=ymax, progress=progress)
+        net.meta["threshold"] = int(a["threshold"])
+        net.meta["inputs"] = kind
+    if net.golden is None:
+        key = {"net": net.name, "images": net.images, "seed": seed, "inputs": str(net.meta.get("inputs", "")),
+               "bias": net.bias, "ymax": net.ymax, "nnz": int(net.Y0.nnz), "src": str(net.meta.get("source", "")),
+               "v": 1}
+
+        def build_golden():
+            cats, rows = ref.infer(net.Y0, net.layers, net.bias, net.ymax, True, progress)
+            return {"categories": cats, "rows": rows}
+        g = cached_arrays(str(cfg.cache_dir), "sparse-dnn-golden", key, build_golden)
+        net.golden = g["categories"]
+        net.meta["ref_rows"] = g["rows"]
+        net.meta["golden_from"] = "CPU reference (cached)"
+    else:
+        net.meta["golden_from"] = "official file"
+    return net
+
+
+class SparseDnnModel(Model):
+    GPU_VARIANTS = GPU_VARIANTS
+    CPU_VARIANTS = CPU_VARIANTS
+
+    # ------------------------------------------------------------------ prepare
+    def prepare(self) -> None:
+        cfg, m, d = self.cfg, self.cfg.model, self.cfg.dataset
+        names = check_variants(cfg, GPU_VARIANTS + CPU_VARIANTS)
+        if self.ctx.cuda:
+            self.ours = [n for n in names if n in GPU_VARIANTS]
+            if len(self.ours) < len(names):
+                self.ctx.notice("variant cpu is the reference; on the GPU running snig beside the baselines")
+                self.ours = self.ours or ["snig"]
+            self.baselines = [b for b in m.baselines if b in GPU_VARIANTS and b not in self.ours]
+        else:
+            asked = [n for n in names if n not in CPU_VARIANTS]
+            if asked:
+                self.ctx.notice(f"CPU backend: variant(s) {', '.join(asked)} need a GPU; running the SciPy "
+                                f"reference (cpu) instead")
+            self.ours, self.baselines = ["cpu"], []
+        small = self.ctx.size == "small"
+        cells = [(int(c[0]), int(c[1])) for c in m.grid] or [(int(d.neurons), int(d.layers))]
+        if small and d.format == "radixnet":
+            cells = sorted({(SMALL["N"], min(L, int(d.small_layers))) for _, L in cells})
+            self.ctx.notice(f"size=small: RadiX-Net shrunk to {cells} with {int(d.small_images)} images")
+        images = int(d.images)
+        if small and d.format != "npz":
+            images = min(images or 10 ** 9, int(d.small_images))
+        if m.grid and d.format != "radixnet":
+            raise ConfigError(f"model.grid needs a generated network (dataset.format=radixnet), got {d.format}")
+        self.nets = []
+        for N, L in cells:
+            t0 = time.perf_counter()
+            net = load_network(cfg, N, L, images, small, self.ctx.progress, self.ctx.notice)
+            net.meta["prepare_s"] = time.perf_counter() - t0
+            self.nets.append(net)
+
+    # ------------------------------------------------------------------ execute
+    def _time(self, fn, repeats: int, warmup: int):
+        for _ in range(warmup):
+            fn()
+        ts = []
+        for _ in range(repeats):
+            self.ctx.sync()
+            t0 = time.perf_counter()
+            fn()
+            self.ctx.sync()
+            ts.append(time.perf_counter() - t0)
+        return float(np.median(ts)), (float(np.percentile(ts, 75) - np.percentile(ts, 25)))
+
+    def _run_variant(self, net, name: str) -> Dict[str, Any]:
+        m = self.cfg.model
+        row: Dict[str, Any] = {"network": net.name, "N": net.N, "L": net.L, "images": net.images,
+                               "variant": name, "kind": "ours" if name in self.ours else "baseline"}
+        repeats, warmup = int(m.repeats), int(m.warmup)
+        if name == "cpu":
+            t0 = time.perf_counter()
+            cats, rows = ref.infer(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut))
+            first = time.perf_counter() - t0
+            med, iqr = (first, 0.0) if repeats <= 1 else self._time(
+                lambda: ref.infer(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut)),
+                repeats - 1, 0)
+            info, tr_ms, cp_ms = {}, float("nan"), med * 1e3
+        else:
+            from pipeline.models.sparse_dnn import gpu
+            runner = gpu.RUNNERS[name](net, m, self.ctx.device, self.ctx.notice)
+            prof = runner.profile()                      # checked + instrumented pass
+            cats, rows, info = prof.categories, prof.rows, prof.info
+            tr_ms, cp_ms = prof.transfer_ms, prof.compute_ms
+            got = runner.run()                           # the timed path (graph) must agree too
+            if not np.array_equal(got, cats):
+                self.failures.append(f"{net.name}/{name}: timed path disagrees with the profiled pass "
+                                     f"({ref.categories_equal(got, cats)[1]})")
+            med, iqr = self._time(runner.run, repeats, warmup)
+            del runner
+        ok, why = ref.categories_equal(cats, net.golden)
+        if not ok:
+            self.failures.append(f"{net.name}/{name}: categories differ from the golden set: {why}")
+        edges = float(net.edges()) * net.images
+        row.update(ok=ok, categories=int(len(cats)), golden=int(len(net.golden)), time_s=med, iqr_s=iqr,
+                   rate_geps=edges / med / 1e9, transfer_s=tr_ms * 1e-3, compute_s=cp_ms * 1e-3)
+        for k in ("num_secs", "batch", "graph"):
+            if k in info:
+                row[k] = info[k]
+        self.traces[(net.name, name)] = np.asarray(rows)
+        return row
+
+    def execute(self) -> None:
+        self.failures: List[str] = []
+        self.rows: List[Dict[str, Any]] = []
+        self.traces: Dict[tuple, np.ndarray] = {}
+        for net in self.nets:
+            cell = []
+            for name in self.ours + self.baselines:
+                cell.append(self._run_variant(net, name))
+            by = {r["variant"]: r for r in cell}
+            for r in cell:
+                for b in self.baselines:
+                    if b in by and b != r["variant"]:
+                        r[f"x_vs_{b}"] = by[b]["time_s"] / r["time_s"]
+            self.rows += cell
+
+    def verify(self) -> None:
+        # categories were compared in execute (exact sets); also check the per-layer survivor counts
+        # where they do not depend on rounding (notes: layers 3-6 and 13 may differ by precision)
+        for net in self.nets:
+            refrows = net.meta.get("ref_rows")
+            if refrows is None:
+                continue
+            for (name, var), tr in self.traces.items():
+                if name != net.name or tr.size != refrows.size:
+                    continue
+                if tr[-1] != refrows[-1]:
+                    self.failures.append(f"{name}/{var}: {tr[-1]} nonzero rows after the last layer, "
+                                         f"reference {refrows[-1]}")
+
+    # ------------------------------------------------------------------ report
+    def report(self) -> Report:
+        cols = ["network", "images", "variant", "kind", "ok", "categories", "golden", "time_s", "iqr_s",
+                "rate_geps", "transfer_s", "compute_s"] + [f"x_vs_{b}" for b in self.baselines] + \
+               ["num_secs", "batch", "graph"]
+        paper = self.cfg.model.paper
+        if paper:
+            for r in self.rows:
+                cellp = paper.get(f"{r['N']}x{r['L']}") if hasattr(paper, "get") else None
+                if cellp is not None and r["variant"] in cellp:
+                    r["paper_geps"] = float(cellp[r["variant"]])
+            cols.append("paper_geps")
+        rep = Report(rows=self.rows, columns=cols, failures=self.failures,
+                     title=f"sparse_dnn on {self.ctx.device.name if self.ctx.device else 'CPU (SciPy)'}")
+        main = self.ours[0]
+        for r in self.rows:
+            tag = f"{r['N']}x{r['L']}"
+            rep.metrics[f"summary/{tag}/{r['variant']}/rate_geps"] = r["rate_geps"]
+            rep.metrics[f"summary/{tag}/{r['variant']}/time_s"] = r["time_s"]
+            for b in self.baselines:
+                if f"x_vs_{b}" in r:
+                    rep.metrics[f"summary/{tag}/{r['variant']}/x_vs_{b}"] = r[f"x_vs_{b}"]
+        mine = [r for r in self.rows if r["variant"] == main]
+        if mine:
+            rep.metrics["summary/objective"] = float(np.sum([r["time_s"] for r in mine]))
+            rep.metrics["summary/rate_geps"] = float(np.mean([r["rate_geps"] for r in mine]))
+            rep.metrics["summary/all_ok"] = float(all(r["ok"] for r in self.rows))
+        for net in self.nets:
+            tr = self.traces.get((net.name, main))
+            if tr is not None:
+                rep.series[f"nonzero_rows/{net.name}"] = [float(v) for v in tr]
+            if "threshold" in net.meta:
+                rep.notes.append(f"{net.name}: MNIST binarised at > {net.meta['threshold']} "
+                                 f"({net.Y0.nnz / net.images:.1f} nonzeros per image)")
+            rep.notes.append(f"{net.name}: golden set ({len(net.golden)} categories) from "
+                             f"{net.meta.get('golden_from')}")
+        rep.figures["nonzero_rows.png"] = rows_plot(self.nets, self.traces)
+        if len(self.nets) > 1 or paper:
+            rep.figures["table3.png"] = table3_plot(self.rows, paper)
+        return rep
+
+
+def rows_plot(nets, traces):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for net in nets:
+        for (name, var), tr in traces.items():
+            if name == net.name:
+                ax.plot(np.arange(1, tr.size + 1), tr, label=f"{name} ({var})", lw=1.2)
+        rr = net.meta.get("ref_rows")
+        if rr is not None:
+            ax.plot(np.arange(1, len(rr) + 1), rr, "k:", lw=1, label=f"{net.name} (reference)")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("nonzero rows after the layer")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    ax.set_title("Surviving (nonzero) rows per layer")
+    fig.tight_layout()
+    return fig
+
+
+def table3_plot(rows, paper):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cells = list(dict.fromkeys(f"{r['N']}x{r['L']}" for r in rows))
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.0 * len(cells) * (len(variants) + 2) / 2), 4))
+    width = 0.8 / (len(variants) + 2)
+    xs = np.arange(len(cells))
+    for vi, v in enumerate(variants):
+        vals = [next((r["rate_geps"] for r in rows if f"{r['N']}x{r['L']}" == c and r["variant"] == v), np.nan)
+                for c in cells]
+        ax.bar(xs + vi * width, vals, width, label=f"{v} (measured)")
+    if paper:
+        for pi, pv in enumerate(("snig", "bf")):
+            vals = [float(paper[c][pv]) if c in paper and pv in paper[c] and paper[c][pv] is not None else np.nan
+                    for c in cells]
+            ax.bar(xs + (len(variants) + pi) * width, vals, width, alpha=0.5, label=f"paper {pv} (1x RTX 2080 Ti)")
+    ax.set_xticks(xs + width * (len(variants) + 1) / 2)
+    ax.set_xticklabels(cells, rotation=30)
+    ax.set_ylabel("GigaEdges/s")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    ax.set_title("Table 3 grid: rate (images x edges / time)")
+    fig.tight_layout()
+    return fig

@@ -52,6 +52,22 @@ class Variant:
     tolerance: Optional[float] = None                    # default: the model's tolerance
     check: Optional[Callable[[Dict[str, np.ndarray], Dict[str, np.ndarray]], Dict[str, float]]] = None
     note: str = ""
+    graph: bool = False      # run() may be captured as a CUDA graph (no host sync inside)
+
+
+def _poison(hook, replay) -> None:
+    """NaN-fill the graph's outputs (and the variant's intermediates) so that a replay that does
+    not write everything fails the check."""
+    import cupy
+    if hook:
+        hook()
+    outs = getattr(getattr(replay, "__self__", None), "outputs", None)
+    if outs is None:
+        outs = replay()
+    for a in (outs.values() if isinstance(outs, dict) else outs):
+        if isinstance(a, cupy.ndarray) and a.dtype.kind in "fc":
+            a.fill(np.nan)
+    cupy.cuda.Device().synchronize()
 
 
 def rel_error(out: np.ndarray, ref: np.ndarray) -> float:
@@ -85,8 +101,18 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
                 bar.set_postfix_str(f"{case.name} {v.name}")
             row: Dict[str, Any] = {"case": case.name, **case.params, "variant": v.name, "kind": v.kind}
             run = v.build(case, ctx)
-            outputs = run()
+            outputs = run()          # eager: plans, buffers, compilation
             ctx.sync()
+            row["graph"] = "-"
+            if ctx.cuda and v.graph and ctx.cfg.bench.get("cuda_graph", False):
+                from pipeline.gpu.graphs import try_capture
+                replay, captured = try_capture(run, ctx.notice, f"{case.name}/{v.name}")
+                row["graph"] = "yes" if captured else "no"
+                if captured:
+                    _poison(getattr(run, "poison", None), replay)
+                    run = replay
+                outputs = run()
+                ctx.sync()
             errs = (v.check or compare)(outputs, expected)
             err = max(errs.values()) if errs else float("nan")
             tol = v.tolerance if v.tolerance is not None else tolerance
@@ -115,7 +141,7 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
     return rows
 
 
-BENCH_COLUMNS = ["case", "variant", "kind", "median_ms", "iqr_ms", "rel_err", "ok", "gbps", "gflops", "pct_peak"]
+BENCH_COLUMNS = ["case", "variant", "kind", "graph", "median_ms", "iqr_ms", "rel_err", "ok", "gbps", "gflops", "pct_peak"]
 
 
 def failures(rows: Sequence[Dict[str, Any]]) -> List[str]:

@@ -84,3 +84,13 @@ def test_im2col_col2im_and_bias_grad_match_numpy(table):
 def test_cli_gpu_default_run(cli):
     r = cli("model=bcm", "block_size=64", "model.layers=[C]", "bench.min_repeats=3", check=True)
     assert "FAIL" not in r.stdout and "fused" in r.stdout and "dense_fp32" in r.stdout
+
+
+def test_measure_with_cuda_graph_checks_the_replay(table, gpu_ctx):
+    """The graph replay, not only the eager warm-up, must produce the checked outputs."""
+    from pipeline.bench import measure
+    case = fc_case(9, 96, 160, 32)
+    rows = measure([case], [table["tiled"], table["fused"], table["dense_fp32"]], gpu_ctx, 1e-4,
+                   speedup_over=["dense_fp32"])
+    assert all(r["graph"] == "yes" and r["ok"] for r in rows), rows
+    assert "x_vs_dense_fp32" in rows[0]

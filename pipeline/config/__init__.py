@@ -41,6 +41,7 @@ class BenchConf:
     min_repeats: int = 10        # timed calls at least
     max_repeats: int = 200       # timed calls at most
     min_time_ms: float = 100.0   # keep repeating until this much device time is measured
+    cuda_graph: bool = True      # replay variants that allow it (Variant.graph) as one CUDA graph
 
 
 @dataclass

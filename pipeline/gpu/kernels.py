@@ -112,6 +112,8 @@ class Kernel:
         return self.fn.get_attribute(drv.function_attribute.NUM_REGS)
 
     def __call__(self, grid: Tuple[int, ...], block: Tuple[int, ...], *args, shared: int = 0, stream=None):
+        """Launch on ``stream`` (default: the current stream of :mod:`pipeline.gpu.graphs`, else
+        the legacy default stream)."""
         if len(args) != len(self.signature):
             raise TypeError(f"{self.name}: expected {len(self.signature)} arguments, got {len(args)}")
         conv = [ptr(a) if code == "P" else a for code, a in zip(self.signature, args)]
@@ -119,4 +121,7 @@ class Kernel:
         block = tuple(int(b) for b in block) + (1,) * (3 - len(block))
         if shared > 48 * 1024:
             self.allow_shared(shared)
+        if stream is None:
+            from pipeline.gpu.graphs import current_stream
+            stream = current_stream()
         self.fn.prepared_async_call(grid[:3], block, stream, *conv, shared_size=int(shared))

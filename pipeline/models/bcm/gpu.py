@@ -107,6 +107,12 @@ class BcmLinear:
             self._bufs[key] = b
         return b
 
+    def poison(self) -> None:
+        """NaN-fill every persistent buffer (a kernel that skips an element then fails the check)."""
+        for b in self._bufs.values():
+            if b.dtype.kind in "fc":
+                b.fill(np.nan)
+
     # ------------------------------------------------------------------------------- products
     def _product(self, tag: str, P: Pass, A, B):
         """R (U, V, k') complex64 for the frequency-domain variants."""
@@ -280,6 +286,7 @@ def _build_bcm(variant: str):
             if s:
                 return {"a": a.reshape(s.n, s.ho, s.wo, s.cout), "dw": dw, "dx": col2im(dx, s), "db": db}
             return {"a": a, "dw": dw, "dx": dx, "db": db}
+        run.poison = layer.poison
         return run
     return build
 
@@ -306,8 +313,9 @@ def _build_dense(precision: str):
 
 def variants() -> Dict[str, Variant]:
     from pipeline.models.bcm.model import TF32_TOL, bcm_cost, dense_check, dense_cost
-    out = {v: Variant(v, "ours", _build_bcm(v), bcm_cost) for v in OURS}
-    out["dense_fp32"] = Variant("dense_fp32", "baseline", _build_dense("fp32"), dense_cost("fp32"), check=dense_check)
+    out = {v: Variant(v, "ours", _build_bcm(v), bcm_cost, graph=True) for v in OURS}
+    out["dense_fp32"] = Variant("dense_fp32", "baseline", _build_dense("fp32"), dense_cost("fp32"),
+                                check=dense_check, graph=True)
     out["dense_tf32"] = Variant("dense_tf32", "baseline", _build_dense("tf32"), dense_cost("tf32"),
-                                tolerance=TF32_TOL, check=dense_check)
+                                tolerance=TF32_TOL, check=dense_check, graph=True)
     return out

@@ -1,0 +1,78 @@
+"""Schemas and checks for model=wide_lr and model=wide_fm (cuWide) and their datasets."""
+from dataclasses import dataclass
+
+from pipeline.config import DatasetConf, ModelConf, check_variants, is_pow2, require, store, validator
+
+UPDATES = ("chunk", "batch")
+FORMATS = ("svmlight", "criteo", "synth")
+
+
+@dataclass
+class WideConf(ModelConf):
+    k: int = 0                   # FM factor size; 0 = logistic regression
+    lr: float = 0.5              # SGD step (paper: 0.5 for LR)
+    batch_size: int = 1024       # mini-batch (samples) of the strict-batch variants
+    epochs: int = 50             # at most; early stopping may end sooner
+    early_stop: bool = True      # stop when val loss > mean of the last `window` epochs (paper)
+    window: int = 10
+    chunk: int = 32              # samples per chunk (one thread block at a time)
+    hot: int = 256               # most frequent features whose gradients are cached in shared memory
+    replicas: int = 4            # copies of each per-sample accumulator (bank conflicts)
+    threads: int = 256           # threads per block of the flow kernel
+    blocks_per_sm: int = 4       # persistent blocks per SM
+    update: str = "chunk"        # flow: chunk (async per chunk, authors' code) | batch (paper's text)
+    shuffle: bool = True         # reshuffle chunk order every epoch
+    init_std: float = 0.01       # FM factors ~ N(0, init_std^2), seeded
+    device_budget_mb: float = 0  # out-of-core when training data exceeds this (0: 60% of free memory)
+    streams: int = 3             # buffers/streams of the out-of-core pipeline
+
+
+@dataclass
+class WideDatasetConf(DatasetConf):
+    format: str = "svmlight"     # svmlight | criteo | synth
+    train: str = ""              # file names inside the dataset folder
+    val: str = ""
+    features: int = 0            # declared dimension (0: from the data / the shape)
+    shape: str = "criteo_s"      # synth: paper shape (criteo_s, kddb, url, kdd12)
+    scale: float = 0.2           # synth: fraction of the paper's rows on size=full
+    small_scale: float = 0.004   # synth: fraction of the paper's rows on size=small
+    small_features: int = 100000 # synth: features on size=small
+    alpha: float = 1.1           # synth: power-law exponent of feature frequencies
+    val_fraction: float = 0.1    # synth: held-out fraction (paper: 90/10)
+    small_rows: int = 0          # real data: rows kept on size=small (0: all)
+
+
+store("model", "schema_wide", WideConf)
+store("dataset", "schema_wide_dataset", WideDatasetConf)
+
+
+def _check(cfg) -> None:
+    m = cfg.model
+    require(m.k >= 0 and m.k <= 64, "model.k", m.k, "0 (LR) or an FM factor size 1..64")
+    require(m.lr > 0, "model.lr", m.lr, "a positive step size")
+    require(m.batch_size > 0, "model.batch_size", m.batch_size, "a positive integer")
+    require(m.epochs > 0, "model.epochs", m.epochs, "a positive integer")
+    require(m.window >= 1, "model.window", m.window, "a positive integer")
+    require(1 <= m.chunk <= 128, "model.chunk", m.chunk, "1..128 samples")
+    require(m.hot >= 0, "model.hot", m.hot, "a non-negative number of features")
+    require(is_pow2(m.replicas) and m.replicas <= 32, "model.replicas", m.replicas, "a power of two <= 32")
+    require(is_pow2(m.threads) and 64 <= m.threads <= 1024, "model.threads", m.threads, "a power of two in 64..1024")
+    require(1 <= m.blocks_per_sm <= 32, "model.blocks_per_sm", m.blocks_per_sm, "1..32")
+    require(m["update"] in UPDATES, "model.update", m["update"], " or ".join(UPDATES))
+    require(m.init_std >= 0, "model.init_std", m.init_std, "a non-negative standard deviation")
+    require(m.streams >= 1, "model.streams", m.streams, "a positive integer")
+    check_variants(cfg, ["flow", "stage", "torch", "cpu"])
+    d = cfg.dataset
+    require(d.get("format", None) in FORMATS, "dataset", d.name,
+            "a wide dataset (a9a, criteo10k, ctr_synth) for model=" + m.name)
+    if d.format == "synth":
+        from pipeline.data.ctr_synth import SHAPES
+        require(d.shape in SHAPES, "dataset.shape", d.shape, ", ".join(SHAPES))
+        require(0 < d.scale <= 1, "dataset.scale", d.scale, "a fraction in (0, 1]")
+        require(0 < d.small_scale <= 1, "dataset.small_scale", d.small_scale, "a fraction in (0, 1]")
+        require(0 < d.val_fraction < 1, "dataset.val_fraction", d.val_fraction, "a fraction in (0, 1)")
+        require(d.alpha > 0, "dataset.alpha", d.alpha, "a positive exponent")
+
+
+validator("wide_lr")(_check)
+validator("wide_fm")(_check)

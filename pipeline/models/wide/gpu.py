@@ -1,0 +1,335 @@
+"""GPU trainers of the wide models: ``flow`` (fused persistent kernel, in memory or out of core),
+``stage`` (three kernels per mini-batch) and ``torch`` (PyTorch sparse embedding ops, a framework
+baseline). Each trainer: ``set_params(p)``, ``epoch(order) -> (train_loss, gpu_ms)``, ``params()``."""
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from pipeline.models.wide.prep import WideData
+from pipeline.models.wide.reference import Params, chunks_per_step
+
+STAGE_THREADS = 256
+
+
+def kernel_defines(mc, data: WideData) -> Dict[str, int]:
+    return {"K": int(mc.k), "C": int(data.chunk), "R": int(mc.replicas), "H": max(1, min(int(data.hot), data.d))}
+
+
+def load_module(mc, data: WideData):
+    from pipeline.gpu import kernels
+    return kernels.load("wide", "wide.cu", defines=kernel_defines(mc, data))
+
+
+class _Base:
+    def __init__(self, data: WideData, mc, ctx):
+        import cupy as cp
+        self.cp, self.data, self.mc, self.ctx = cp, data, mc, ctx
+        self.k = int(mc.k)
+        d = data.d
+        self.w = cp.zeros(d, cp.float32)
+        self.v = cp.zeros(max(1, d * self.k), cp.float32)
+        self.b = cp.zeros(1, cp.float32)
+        self.gw = cp.zeros(d, cp.float32)
+        self.gv = cp.zeros(max(1, d * self.k), cp.float32)
+        self.gb = cp.zeros(1, cp.float32)
+        self.loss = cp.zeros(1, cp.float64)
+        self.per = chunks_per_step(str(mc["update"]), int(mc.batch_size), data.chunk)
+        self.lr = float(mc.lr)
+
+    def set_params(self, p: Params) -> None:
+        cp = self.cp
+        self.w[...] = cp.asarray(p.w, cp.float32)
+        self.b[...] = float(p.b)
+        if self.k:
+            self.v[...] = cp.asarray(np.asarray(p.V, np.float32).ravel())
+
+    def params(self) -> Params:
+        V = self.v.get().reshape(self.data.d, self.k) if self.k else None
+        return Params(self.w.get(), float(self.b.get()[0]), V)
+
+    def _events(self):
+        import pycuda.driver as drv
+        return drv.Event(), drv.Event()
+
+
+class FlowTrainer(_Base):
+    """update=chunk: one launch per epoch, every chunk applies its share (lr / (chunks per batch x
+    chunk) per sample) at once, asynchronously; update=batch: per mini-batch one fused launch into
+    gradient buffers and one commit launch (the paper's synchronous text)."""
+
+    def __init__(self, data: WideData, mc, ctx, budget_bytes: int):
+        super().__init__(data, mc, ctx)
+        cp = self.cp
+        self.mod = load_module(mc, data)
+        self.train = self.mod.kernel("flow_train", "PiPPPPPPiPPPPPPfP")
+        self.commit = self.mod.kernel("flow_commit", "PiPPPPPPPP")
+        defs = kernel_defines(mc, data)
+        nq = 1 + 2 * self.k
+        self.smem = 4 * (nq * data.chunk * int(mc.replicas) + data.chunk + data.chunk * self.k
+                         + defs["H"] * (1 + self.k) + 2)
+        sm = ctx.device.sm_count if ctx.device else 132
+        self.max_grid = int(mc.blocks_per_sm) * sm
+        self.threads = int(mc.threads)
+        self.update = str(mc["update"])
+        self.out_of_core = data.edge_bytes > budget_bytes
+        self.overlap: List[float] = []
+        if self.out_of_core:
+            self._setup_pieces(budget_bytes)
+        else:
+            from pipeline.gpu.transfer import upload_all
+            self.dev = upload_all({"cptr": data.cptr, "chot": data.chot, "fid": data.fid, "sid": data.sid,
+                                   "val": data.val, "y": data.ytr})
+        self.order_dev = None
+
+    # -------------------------------------------------------------- in memory
+    def _launch(self, order_dev, n_order, dev, n, target, scale, stream=None):
+        grid = max(1, min(n_order, self.max_grid))
+        tw, tv, tb = target
+        self.train((grid,), (self.threads,), order_dev, np.int32(n_order), dev["cptr"], dev["chot"], dev["fid"],
+                   dev["sid"], dev["val"], dev["y"], np.int32(n), self.w, self.v, self.b, tw, tv, tb,
+                   np.float32(scale), self.loss, shared=self.smem, stream=stream)
+
+    def epoch(self, order: np.ndarray) -> Tuple[float, float]:
+        if self.out_of_core:
+            return self._epoch_ooc(order)
+        cp = self.cp
+        data = self.data
+        order_dev = cp.asarray(order.astype(np.int32))
+        self.loss.fill(0)
+        start, end = self._events()
+        start.record()
+        if self.update == "chunk":
+            self._launch(order_dev, len(order), self.dev, data.n, (self.w, self.v, self.b),
+                         -self.lr / (self.per * data.chunk))
+        else:
+            for i in range(0, len(order), self.per):
+                cs = order[i:i + self.per]
+                nb = int(sum(min(data.chunk, data.n - c * data.chunk) for c in cs))
+                view = order_dev[i:i + len(cs)]
+                self._launch(view, len(cs), self.dev, data.n, (self.gw, self.gv, self.gb), -self.lr / nb)
+                self.commit((max(1, min(len(cs), self.max_grid)),), (self.threads,), view, np.int32(len(cs)),
+                            self.dev["cptr"], self.dev["fid"], self.w, self.v, self.b, self.gw, self.gv, self.gb)
+        end.record()
+        end.synchronize()
+        return float(self.loss.get()[0]) / data.n, end.time_since(start)
+
+    # -------------------------------------------------------------- out of core
+    def _setup_pieces(self, budget_bytes: int) -> None:
+        """Cut the chunks into pieces of about budget / (streams + 1) bytes, in pinned host memory."""
+        from pipeline.gpu.transfer import pinned_like
+        data = self.data
+        per_chunk = max(1, data.edge_bytes // max(1, data.n_chunks))
+        target = max(per_chunk, budget_bytes // (int(self.mc.streams) + 1))
+        cpc = max(1, int(target // per_chunk))
+        if self.update == "batch":
+            cpc = max(self.per, cpc // self.per * self.per)
+        self.pinned = {k: pinned_like(getattr(data, k)) for k in ("fid", "sid", "val", "ytr")}
+        self.pieces = []
+        for a in range(0, data.n_chunks, cpc):
+            b = min(a + cpc, data.n_chunks)
+            e0, e1 = int(data.cptr[a]), int(data.cptr[b])
+            r0, r1 = a * data.chunk, min(b * data.chunk, data.n)
+            self.pieces.append(dict(a=a, b=b, n=r1 - r0,
+                                    cptr=pinned_like(data.cptr[a:b + 1] - e0), chot=pinned_like(data.chot[a:b] - e0),
+                                    fid=self.pinned["fid"][e0:e1], sid=self.pinned["sid"][e0:e1],
+                                    val=self.pinned["val"][e0:e1], y=self.pinned["ytr"][r0:r1]))
+        self.copy_ms = None
+
+    def _copy_only_ms(self, tuples) -> float:
+        from pipeline.gpu.transfer import stream
+        import pycuda.driver as drv
+        s = stream()
+        bufs = [self.cp.empty(max(t[j].nbytes for t in tuples) // 4 + 1, np.float32) for j in range(len(tuples[0]))]
+        start, end = self._events()
+        start.record(s)
+        for t in tuples:
+            for buf, host in zip(bufs, t):
+                drv.memcpy_htod_async(int(buf.data.ptr), host, s)
+        end.record(s)
+        end.synchronize()
+        return end.time_since(start)
+
+    def _epoch_ooc(self, order: np.ndarray) -> Tuple[float, float]:
+        """Pieces in a shuffled order (chunks shuffled inside each piece), streamed through
+        ``streams`` device buffers: the copy of the next pieces overlaps the kernel on this one."""
+        from pipeline.gpu.transfer import ChunkFeeder, pinned_like
+        data = self.data
+        rank = np.empty(data.n_chunks, np.int64)
+        rank[order] = np.arange(len(order))
+        pieces = sorted(self.pieces, key=lambda p: rank[p["a"]])
+        tuples = []
+        for p in pieces:
+            loc = np.arange(p["b"] - p["a"], dtype=np.int32)
+            loc = loc[np.argsort(rank[p["a"]:p["b"]], kind="stable")]
+            tuples.append((pinned_like(loc), p["cptr"], p["chot"], p["fid"], p["sid"], p["val"], p["y"]))
+        if self.copy_ms is None:
+            self.copy_ms = self._copy_only_ms(tuples)
+        self.loss.fill(0)
+        self.cp.cuda.Device().synchronize()
+        feeder = ChunkFeeder(tuples, depth=int(self.mc.streams))
+        kern = []
+        t0 = time.perf_counter()
+        for i, bufs in feeder:
+            o, cptr, chot, fid, sid, val, y = bufs
+            p = pieces[i]
+            ev0, ev1 = self._events()
+            ev0.record(feeder.compute_stream)
+            dev = {"cptr": cptr, "chot": chot, "fid": fid, "sid": sid, "val": val, "y": y}
+            nloc = p["b"] - p["a"]
+            if self.update == "chunk":
+                self._launch(o, nloc, dev, p["n"], (self.w, self.v, self.b), -self.lr / (self.per * data.chunk),
+                             stream=feeder.compute_stream)
+            else:
+                for j in range(0, nloc, self.per):
+                    view = o[j:j + self.per]
+                    cnt = min(self.per, nloc - j)
+                    nb = int(sum(min(data.chunk, p["n"] - int(c) * data.chunk) for c in tuples[i][0][j:j + cnt]))
+                    self._launch(view, cnt, dev, p["n"], (self.gw, self.gv, self.gb), -self.lr / nb,
+                                 stream=feeder.compute_stream)
+                    self.commit((max(1, min(cnt, self.max_grid)),), (self.threads,), view, np.int32(cnt), cptr, fid,
+                                self.w, self.v, self.b, self.gw, self.gv, self.gb, stream=feeder.compute_stream)
+            ev1.record(feeder.compute_stream)
+            kern.append((ev0, ev1))
+        wall = (time.perf_counter() - t0) * 1e3
+        compute = float(sum(b.time_since(a) for a, b in kern))
+        self.overlap.append((self.copy_ms + compute - wall) / max(1e-9, min(self.copy_ms, compute)))
+        self.last = dict(copy_ms=self.copy_ms, compute_ms=compute, wall_ms=wall)
+        return float(self.loss.get()[0]) / data.n, wall
+
+
+class StageTrainer(_Base):
+    """Per mini-batch: SpMV (logits to global memory), gradient (scattered into a gradient buffer),
+    apply (w += scale * g over the batch's features). Always strict mini-batches."""
+
+    def __init__(self, data: WideData, mc, ctx):
+        super().__init__(data, mc, ctx)
+        from pipeline.gpu.transfer import upload_all
+        self.per = max(1, int(mc.batch_size) // data.chunk)
+        self.mod = load_module(mc, data)
+        self.spmv = self.mod.kernel("stage_spmv", "PiiPPPPPPPP")
+        self.grad = self.mod.kernel("stage_grad", "PiiPPPPPPPPPPP")
+        self.apply = self.mod.kernel("stage_apply", "PiiPPPPPPPPf")
+        X = data.Xtr
+        self.dev = upload_all({"indptr": X.indptr.astype(np.int64), "indices": X.indices.astype(np.int32),
+                               "data": X.data.astype(np.float32), "y": data.ytr})
+        B = self.per * data.chunk
+        self.z = self.cp.zeros(B, self.cp.float32)
+        self.a2 = self.cp.zeros(max(1, B * self.k), self.cp.float32)
+
+    def epoch(self, order: np.ndarray) -> Tuple[float, float]:
+        cp, data, dev = self.cp, self.data, self.dev
+        order_dev = cp.asarray(order.astype(np.int32))
+        self.loss.fill(0)
+        start, end = self._events()
+        start.record()
+        n = np.int32(data.n)
+        for i in range(0, len(order), self.per):
+            cs = order[i:i + self.per]
+            nb = int(sum(min(data.chunk, data.n - c * data.chunk) for c in cs))
+            view = order_dev[i:i + len(cs)]
+            grid = ((len(cs) * data.chunk * 32 + STAGE_THREADS - 1) // STAGE_THREADS,)
+            nc = np.int32(len(cs))
+            self.spmv(grid, (STAGE_THREADS,), view, nc, n, dev["indptr"], dev["indices"], dev["data"], self.w,
+                      self.v, self.b, self.z, self.a2)
+            self.grad(grid, (STAGE_THREADS,), view, nc, n, dev["indptr"], dev["indices"], dev["data"], dev["y"],
+                      self.z, self.a2, self.v, self.gw, self.gv, self.gb, self.loss)
+            self.apply(grid, (STAGE_THREADS,), view, nc, n, dev["indptr"], dev["indices"], self.w, self.v, self.b,
+                       self.gw, self.gv, self.gb, np.float32(-self.lr / nb))
+        end.record()
+        end.synchronize()
+        return float(self.loss.get()[0]) / data.n, end.time_since(start)
+
+
+def torch_available() -> Optional[str]:
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return "PyTorch sees no CUDA device"
+    except Exception as e:
+        return f"PyTorch is not importable ({type(e).__name__})"
+    return None
+
+
+class TorchTrainer:
+    """Framework baseline: the same strict mini-batch SGD in PyTorch (embedding lookups with sparse
+    gradients, index_add segment sums, BCE-with-logits, torch.optim.SGD). The per-batch index arrays
+    are built on the GPU from the epoch's chunk order before the timed loop."""
+
+    def __init__(self, data: WideData, mc, ctx):
+        import torch
+        self.torch, self.data, self.mc = torch, data, mc
+        self.k = int(mc.k)
+        self.per = max(1, int(mc.batch_size) // data.chunk)
+        dev = torch.device("cuda", int(ctx.cfg.gpu))
+        self.dev = dev
+        X = data.Xtr
+        self.indptr = torch.as_tensor(X.indptr.astype(np.int64), device=dev)
+        self.indices = torch.as_tensor(X.indices.astype(np.int64), device=dev)
+        self.vals = torch.as_tensor(X.data.astype(np.float32), device=dev)
+        self.y = torch.as_tensor(data.ytr, device=dev)
+        self.w = torch.zeros(data.d, 1, device=dev, requires_grad=True)
+        self.b = torch.zeros(1, device=dev, requires_grad=True)
+        ps = [self.w, self.b]
+        if self.k:
+            self.V = torch.zeros(data.d, self.k, device=dev, requires_grad=True)
+            ps.append(self.V)
+        self.opt = torch.optim.SGD(ps, lr=float(mc.lr))
+        self.host_indptr = X.indptr
+
+    def set_params(self, p: Params) -> None:
+        t = self.torch
+        with t.no_grad():
+            self.w.copy_(t.as_tensor(np.asarray(p.w, np.float32)[:, None], device=self.dev))
+            self.b.fill_(float(p.b))
+            if self.k:
+                self.V.copy_(t.as_tensor(np.asarray(p.V, np.float32), device=self.dev))
+
+    def params(self) -> Params:
+        return Params(self.w.detach().cpu().numpy()[:, 0].copy(), float(self.b.item()),
+                      self.V.detach().cpu().numpy().copy() if self.k else None)
+
+    def _batches(self, order):
+        t, data = self.torch, self.data
+        out = []
+        for i in range(0, len(order), self.per):
+            cs = np.asarray(order[i:i + self.per], np.int64)
+            r0 = cs * data.chunk
+            r1 = np.minimum(r0 + data.chunk, data.n)
+            rows = np.concatenate([np.arange(a, b) for a, b in zip(r0, r1)])
+            e0, e1 = self.host_indptr[rows], self.host_indptr[rows + 1]
+            lens = (e1 - e0).astype(np.int64)
+            eidx = np.repeat(e0 - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(lens.sum())
+            seg = np.repeat(np.arange(len(rows)), lens)
+            out.append((t.as_tensor(eidx, device=self.dev), t.as_tensor(seg, device=self.dev),
+                        t.as_tensor(rows, device=self.dev), len(rows)))
+        return out
+
+    def epoch(self, order: np.ndarray) -> Tuple[float, float]:
+        t = self.torch
+        F = t.nn.functional
+        batches = self._batches(order)
+        t.cuda.synchronize()
+        start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+        start.record()
+        total = t.zeros((), device=self.dev, dtype=t.float64)
+        for eidx, seg, rows, nb in batches:
+            idx = self.indices[eidx]
+            x = self.vals[eidx]
+            wg = F.embedding(idx, self.w, sparse=True)[:, 0]
+            z = t.zeros(nb, device=self.dev).index_add(0, seg, wg * x) + self.b
+            if self.k:
+                vg = F.embedding(idx, self.V, sparse=True) * x[:, None]
+                xv = t.zeros(nb, self.k, device=self.dev).index_add(0, seg, vg)
+                x2v2 = t.zeros(nb, self.k, device=self.dev).index_add(0, seg, vg * vg)
+                z = z + 0.5 * (xv * xv - x2v2).sum(1)
+            loss = F.binary_cross_entropy_with_logits(z, self.y[rows])
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.opt.step()
+            total += loss.detach().double() * nb
+        end.record()
+        end.synchronize()
+        return float(total.item()) / self.data.n, start.elapsed_time(end)

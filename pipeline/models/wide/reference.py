@@ -1,0 +1,136 @@
+"""NumPy/SciPy reference of cuWide training (float64): LR and FM (bias, k factors) with log loss
+and mini-batch SGD, the two update semantics, evaluation (log loss, AUC) and early stopping.
+
+Model: z = b + x.w + 1/2 sum_f ((x.V_f)^2 - (x^2).(V_f^2))  (FM; LR has no V), p = sigmoid(z),
+loss = log(1 + e^z) - y z  (stable form), y in {0,1}. With delta = p - y per sample, the gradients
+of the mean loss over a batch of n samples are
+  g_b = mean(delta),  g_w = X^T delta / n,  g_V = (X^T (delta * XV) - ((X^2)^T delta) * V) / n
+and SGD does theta -= lr * g.  Semantics:
+  * batch: a mini-batch is ``max(1, batch_size // chunk)`` consecutive chunks of the epoch's chunk
+    order; all its samples see the same parameters (the paper's text, and the stage baseline);
+  * chunk: every chunk is its own step, chunks in order, each applying its share of a mini-batch
+    (lr * gradient sum / (chunks per batch x chunk)); the flow kernel with update=chunk runs the
+    chunks asynchronously (as the authors' preview kernel, which is batch_size = chunk = 32).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass
+class Params:
+    w: np.ndarray
+    b: float
+    V: Optional[np.ndarray]      # [d, k] or None (LR)
+
+    def copy(self) -> "Params":
+        return Params(self.w.copy(), float(self.b), None if self.V is None else self.V.copy())
+
+    def astype(self, dt) -> "Params":
+        return Params(self.w.astype(dt), float(self.b), None if self.V is None else self.V.astype(dt))
+
+
+def init_params(d: int, k: int, init_std: float, seed: int) -> Params:
+    """w = 0, b = 0 (so the loss starts at ln 2 for LR, as in the paper); V ~ N(0, init_std^2), seeded."""
+    V = None
+    if k:
+        V = (np.random.default_rng(seed + 7919).standard_normal((d, k)) * init_std).astype(np.float32)
+    return Params(np.zeros(d, np.float32), 0.0, V)
+
+
+def logloss(z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.logaddexp(0.0, z) - y * z
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+def forward(X: sp.csr_matrix, p: Params):
+    z = X @ p.w + p.b
+    if p.V is None:
+        return np.asarray(z, np.float64), None, None
+    X2 = X.multiply(X).tocsr()
+    XV = np.asarray(X @ p.V, np.float64)
+    z = z + 0.5 * ((XV ** 2).sum(1) - np.asarray(X2 @ (p.V.astype(np.float64) ** 2)).sum(1))
+    return np.asarray(z, np.float64), XV, X2
+
+
+def loss_and_grad(X: sp.csr_matrix, y: np.ndarray, p: Params):
+    """(mean loss, Params of gradients of the mean loss)."""
+    n = X.shape[0]
+    z, XV, X2 = forward(X, p)
+    delta = sigmoid(z) - y
+    gw = np.asarray(X.T @ delta) / n
+    gV = None
+    if p.V is not None:
+        gV = (np.asarray(X.T @ (delta[:, None] * XV)) - np.asarray(X2.T @ delta)[:, None] * p.V) / n
+    return float(logloss(z, y).mean()), Params(gw, float(delta.mean()), gV), z
+
+
+def sgd_step(p: Params, g: Params, lr: float) -> None:
+    p.w -= lr * g.w
+    p.b -= lr * g.b
+    if p.V is not None:
+        p.V -= lr * g.V
+
+
+def steps(order: np.ndarray, chunk: int, n: int, per_step: int) -> List[np.ndarray]:
+    """Row index sets of the SGD steps of one epoch: ``per_step`` chunks at a time in ``order``."""
+    out = []
+    for i in range(0, len(order), per_step):
+        cs = order[i:i + per_step]
+        out.append(np.concatenate([np.arange(c * chunk, min((c + 1) * chunk, n)) for c in cs]))
+    return out
+
+
+def chunks_per_step(update: str, batch_size: int, chunk: int) -> int:
+    return 1 if update == "chunk" else max(1, batch_size // chunk)
+
+
+def train_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, order: np.ndarray, chunk: int, per_step: int,
+                lr: float, chunk_denom: int = 0) -> float:
+    """One epoch in place; returns the mean training loss (each sample's loss before its step).
+    ``chunk_denom`` > 0 (update=chunk): each chunk's step is lr * sum(grad) / chunk_denom, i.e. its
+    share of a mini-batch of ``chunk_denom`` samples applied at once."""
+    total, cnt = 0.0, 0
+    n = X.shape[0]
+    for i in range(0, len(order), per_step):
+        cs = order[i:i + per_step]
+        if per_step == 1:
+            a, b = cs[0] * chunk, min((cs[0] + 1) * chunk, n)
+            Xb, yb = X[a:b], y[a:b]
+        else:
+            rows = np.concatenate([np.arange(c * chunk, min((c + 1) * chunk, n)) for c in cs])
+            Xb, yb = X[rows], y[rows]
+        loss, g, _ = loss_and_grad(Xb, yb, p)
+        total += loss * Xb.shape[0]
+        cnt += Xb.shape[0]
+        sgd_step(p, g, lr * Xb.shape[0] / chunk_denom if chunk_denom else lr)
+    return total / max(cnt, 1)
+
+
+def evaluate(X: sp.csr_matrix, y: np.ndarray, p: Params) -> Tuple[float, float]:
+    """(mean log loss, AUC) on (X, y)."""
+    from sklearn.metrics import roc_auc_score
+    z, _, _ = forward(X, p.astype(np.float64))
+    loss = float(logloss(z, y).mean())
+    auc = float(roc_auc_score(y, z)) if 0 < y.sum() < len(y) else float("nan")
+    return loss, auc
+
+
+def should_stop(val_hist: List[float], window: int) -> bool:
+    """Paper: stop when the current validation loss exceeds the mean of the previous ``window``."""
+    if len(val_hist) <= window:
+        return False
+    return val_hist[-1] > float(np.mean(val_hist[-window - 1:-1]))
+
+
+def epoch_order(n_chunks: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    if not shuffle:
+        return np.arange(n_chunks, dtype=np.int32)
+    return np.random.default_rng([seed, epoch]).permutation(n_chunks).astype(np.int32)

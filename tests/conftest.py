@@ -39,10 +39,32 @@ def compose():
     return _compose
 
 
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory):
+    """An empty MLflow SQLite store, created once per session (creating one runs MLflow's
+    migrations, seconds per store); :func:`mlflow_store` copies it."""
+    from mlflow.tracking import MlflowClient
+    d = tmp_path_factory.mktemp("mlflow-template")
+    MlflowClient(f"sqlite:///{d / 'mlflow.db'}").search_experiments()
+    return d / "mlflow.db"
+
+
 @pytest.fixture
-def cli(tmp_path):
-    """cli(*overrides) -> CompletedProcess of `python -m pipeline ...` with MLflow in tmp_path."""
-    def _cli(*overrides, check=False, timeout=600):
+def mlflow_store(tmp_path, mlflow_template):
+    """tmp_path holding a ready, empty mlflow.db (use as tracking.dir)."""
+    import shutil
+    shutil.copy(mlflow_template, tmp_path / "mlflow.db")
+    return tmp_path
+
+
+@pytest.fixture
+def cli(tmp_path, mlflow_template):
+    """cli(*overrides) -> CompletedProcess of `python -m pipeline ...` with MLflow in tmp_path
+    (a copy of an empty store unless ``fresh_store=True``: then the CLI creates it)."""
+    def _cli(*overrides, check=False, timeout=600, fresh_store=False):
+        import shutil
+        if not fresh_store and not (tmp_path / "mlflow.db").exists():
+            shutil.copy(mlflow_template, tmp_path / "mlflow.db")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         flags = [o for o in overrides if o.startswith("-")]   # e.g. -m: argparse wants flags first
         cmd = [sys.executable, "-m", "pipeline", *flags, f"tracking.dir={tmp_path}", "progress=false",

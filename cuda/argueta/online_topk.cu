@@ -11,6 +11,14 @@
 
 typedef unsigned long long u64;
 
+// Lists up to 128 long live in registers (fully unrolled); longer ones spill to local memory anyway,
+// so they are only partly unrolled (keeps the compile time of TOPK = 400 at a few seconds).
+#if TOPK <= 128
+#define LIST_UNROLL _Pragma("unroll")
+#else
+#define LIST_UNROLL _Pragma("unroll 4")
+#endif
+
 __device__ __forceinline__ unsigned ord_key(float x)
 {
     const unsigned b = __float_as_uint(x);
@@ -47,7 +55,7 @@ __device__ __forceinline__ void online_merge(float& m, float& d, float m2, float
 
 __device__ __forceinline__ void insert(u64 (&t)[TOPK], u64 y)
 {
-#pragma unroll
+    LIST_UNROLL
     for (int j = 0; j < TOPK; ++j) {
         const u64 h = t[j] > y ? t[j] : y;
         y = t[j] > y ? y : t[j];

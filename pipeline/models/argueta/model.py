@@ -58,6 +58,19 @@ def _choose(model: Model, names: List[str], gpu_ours, gpu_base, cpu_ours, cpu_ba
     return ours, base, cpu_table
 
 
+def _paper(cfg):
+    """(the paper's N values, {gpu: {variant: times}}) from model.paper."""
+    paper = cfg.model.paper or {}
+    ns = [int(n) for n in paper.get("N", [])]
+    return ns, {g: v for g, v in paper.items() if g != "N"}
+
+
+def _lookup(ns, vals, n):
+    if vals is None or n not in ns or ns.index(n) >= len(vals):
+        return None
+    return float(vals[ns.index(n)])
+
+
 def _best_metrics(rep: Report, rows, baselines) -> None:
     best: Dict[str, Dict[str, Any]] = {}
     for r in rows:
@@ -133,25 +146,22 @@ class FewhotModel(Model):
     def execute(self) -> None:
         self.rows = measure(self.cases, self.variants, self.ctx, float(self.cfg.model.tolerance),
                             speedup_over=self.baselines)
-        paper = self.cfg.model.paper or {}
-        ns = [int(n) for n in self.cfg.model.n_hot]
+        ns, gpus = _paper(self.cfg)
         for r in self.rows:
-            for gpu, methods in paper.items():
-                vals = methods.get(r["variant"]) if methods else None
-                r[_paper_col(gpu)] = float(vals[ns.index(r["N"])]) if vals is not None and r["N"] in ns \
-                    and ns.index(r["N"]) < len(vals) else None
+            for gpu, methods in gpus.items():
+                r[_paper_col(gpu)] = _lookup(ns, (methods or {}).get(r["variant"]), r["N"])
 
     def verify(self) -> None:
         self.failures = failures(self.rows)
 
     def report(self) -> Report:
-        paper_cols = [_paper_col(g) for g in (self.cfg.model.paper or {})]
+        ns, gpus = _paper(self.cfg)
+        paper_cols = [_paper_col(g) for g in gpus]
         cols = BENCH_COLUMNS[:1] + ["L", "K", "M", "N"] + BENCH_COLUMNS[1:] + \
             [f"x_vs_{b}" for b in self.baselines] + paper_cols
         rep = Report(rows=self.rows, columns=cols, failures=self.failures)
         _best_metrics(rep, self.rows, self.baselines)
-        rep.figures["fewhot_times.png"] = time_plot(self.rows, "N", self.cfg.model.paper or {},
-                                                    [int(n) for n in self.cfg.model.n_hot],
+        rep.figures["fewhot_times.png"] = time_plot(self.rows, "N", gpus, ns,
                                                     f"N-hot lookup (L={self.cases[0].params['L']}, "
                                                     f"K={self.cases[0].params['K']}, M={self.cases[0].params['M']})")
         if not self.ctx.cuda:
@@ -210,29 +220,25 @@ class TopnModel(Model):
     def execute(self) -> None:
         self.rows = measure(self.cases, self.variants, self.ctx, float(self.cfg.model.tolerance),
                             speedup_over=self.baselines)
-        paper = self.cfg.model.paper or {}
-        ns = [int(n) for n in self.cfg.model.top_n]
+        ns, gpus = _paper(self.cfg)
         for r in self.rows:
-            for gpu, methods in paper.items():
+            for gpu, methods in gpus.items():
                 per_l = (methods or {}).get(r["variant"]) or {}
-                vals = per_l.get(str(r["L"]))
-                r[_paper_col(gpu)] = float(vals[ns.index(r["N"])]) if vals is not None and r["N"] in ns \
-                    and ns.index(r["N"]) < len(vals) else None
+                r[_paper_col(gpu)] = _lookup(ns, per_l.get(str(r["L"])), r["N"])
 
     def verify(self) -> None:
         self.failures = failures(self.rows)
 
     def report(self) -> Report:
-        paper_cols = [_paper_col(g) for g in (self.cfg.model.paper or {})]
+        ns, gpus = _paper(self.cfg)
+        paper_cols = [_paper_col(g) for g in gpus]
         cols = BENCH_COLUMNS[:1] + ["L", "K", "N"] + BENCH_COLUMNS[1:] + \
             [f"x_vs_{b}" for b in self.baselines] + paper_cols
         rep = Report(rows=self.rows, columns=cols, failures=self.failures)
         _best_metrics(rep, self.rows, self.baselines)
-        paper = self.cfg.model.paper or {}
-        ns = [int(n) for n in self.cfg.model.top_n]
         for L in dict.fromkeys(r["L"] for r in self.rows):
             rows = [r for r in self.rows if r["L"] == L]
-            sub = {g: {v: (per or {}).get(str(L)) for v, per in (meths or {}).items()} for g, meths in paper.items()}
+            sub = {g: {v: (per or {}).get(str(L)) for v, per in (meths or {}).items()} for g, meths in gpus.items()}
             rep.figures[f"topn_times_L{L}.png"] = time_plot(rows, "N", sub, ns,
                                                             f"softmax + top-N (L={L}, K={rows[0]['K']})")
         if not self.ctx.cuda:
@@ -260,7 +266,7 @@ def time_plot(rows, xkey: str, paper: Dict[str, Dict[str, Any]], paper_x: List[i
         for v, vals in (methods or {}).items():
             if vals is None:
                 continue
-            vals = list(vals)
+            vals = list(vals)[:len(paper_x)]
             ax.plot(paper_x[:len(vals)], vals, "--" + "x+"[gi % 2], alpha=0.6, label=f"{v} (paper, {gpu})")
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -1,0 +1,230 @@
+"""Timing statistics, table formatting, and bench.measure: check before timing, failures flagged,
+speedup columns from the same run."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pipeline import bench, timing
+from pipeline.bench import Case, Cost, Variant, measure, rel_error
+from pipeline.context import Context
+from pipeline.results import Report, format_table, to_csv
+
+
+def policy(warmup=1, min_repeats=3, max_repeats=10, min_time_ms=0.0):
+    return SimpleNamespace(warmup=warmup, min_repeats=min_repeats, max_repeats=max_repeats, min_time_ms=min_time_ms)
+
+
+# ----------------------------------------------------------------------------------- timing
+
+def test_timing_statistics():
+    t = timing.Timing.of([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert t.median_ms == 3.0 and t.min_ms == 1.0 and t.n == 5
+    assert t.iqr_ms == pytest.approx(2.0)        # q3 4 - q1 2
+    assert "3.0000 ms" in str(t) and "n=5" in str(t)
+    one = timing.Timing.of([2.5])
+    assert (one.median_ms, one.iqr_ms, one.min_ms, one.n) == (2.5, 0.0, 2.5, 1)
+
+
+def test_time_cpu_warmup_and_min_repeats():
+    calls = []
+    t = timing.time_cpu(lambda: calls.append(1), policy(warmup=2, min_repeats=4, max_repeats=10))
+    assert t.n == 4 and len(calls) == 6
+    assert t.median_ms >= 0 and t.min_ms <= t.median_ms
+
+
+def test_time_cpu_min_time_and_cap():
+    import time
+    t = timing.time_cpu(lambda: time.sleep(0.002), policy(warmup=0, min_repeats=1, max_repeats=100, min_time_ms=10))
+    assert 2 <= t.n < 100 and t.median_ms >= 1.5
+    calls = []
+    t = timing.time_cpu(lambda: calls.append(1), policy(warmup=0, min_repeats=2, max_repeats=5, min_time_ms=1e9))
+    assert t.n == 5 and len(calls) == 5                 # max_repeats caps a long min_time
+
+
+def test_timer_for_backend():
+    assert timing.timer_for("cpu") is timing.time_cpu
+    assert timing.timer_for("cuda") is timing.time_cuda
+
+
+# ----------------------------------------------------------------------------------- results
+
+ROWS = [{"case": "A", "variant": "fused", "median_ms": 0.123456, "ok": True, "rel_err": 1.5e-7, "n": 128},
+        {"case": "A", "variant": "dense", "median_ms": 1234.5, "ok": False, "rel_err": float("nan"),
+         "extra": None, "gbps": np.float32(12.5)}]
+
+
+def test_format_table_plain():
+    text = format_table(ROWS, ["case", "variant", "median_ms", "rel_err", "ok", "gbps", "missing"])
+    lines = text.splitlines()
+    assert lines[0].split() == ["case", "variant", "median_ms", "rel_err", "ok", "gbps"]   # absent column dropped
+    assert set(lines[1]) <= {"-", " "}
+    assert len(lines) == 4
+    assert "0.1235" in lines[2] and "1.50e-07" in lines[2] and lines[2].split()[-2:] == ["ok", "-"]
+    assert "1234.5" in lines[3] and "nan" in lines[3] and "FAIL" in lines[3] and "12.5" in lines[3]
+    # aligned: every column starts at the same offset on every line
+    col = lines[0].index("variant")
+    assert lines[2].index("fused") == col and lines[3].index("dense") == col
+
+
+def test_format_table_default_columns_markdown_and_empty():
+    md = format_table(ROWS, markdown=True).splitlines()
+    assert md[0] == "| case | variant | median_ms | ok | rel_err | n |"
+    assert md[1].startswith("|---|") and md[2].startswith("| A | fused | 0.1235 | ok |")
+    assert md[3].endswith("| - |")               # missing value
+    assert format_table([]) == "(no rows)"
+
+
+def test_number_formats():
+    from pipeline.results import _fmt
+    assert _fmt(0.0) == "0" and _fmt(2.0e6) == "2.00e+06" and _fmt(3.14159) == "3.142"
+    assert _fmt(np.float32(0.5)) == "0.5" and _fmt(np.int64(7)) == "7" and _fmt("x") == "x"
+
+
+def test_to_csv_has_every_column():
+    lines = to_csv(ROWS).splitlines()
+    assert lines[0] == "case,variant,median_ms,ok,rel_err,n,extra,gbps"
+    assert lines[2].startswith("A,dense,1234.5,False,nan,,")
+    assert to_csv(ROWS, ["case"]).splitlines() == ["case", "A", "A"]
+
+
+def test_report_extend():
+    a = Report(rows=[{"x": 1}], columns=["x"], metrics={"m": 1.0}, failures=["f1"])
+    b = Report(rows=[{"y": 2}], columns=["x", "y"], metrics={"n": 2.0}, series={"s": [1.0]}, failures=["f2"])
+    a.extend(b)
+    assert a.rows == [{"x": 1}, {"y": 2}] and a.columns == ["x", "y"]
+    assert a.metrics == {"m": 1.0, "n": 2.0} and a.series == {"s": [1.0]} and a.failures == ["f1", "f2"]
+
+
+# ----------------------------------------------------------------------------------- bench
+
+def test_rel_error():
+    ref = np.array([3.0, 4.0])
+    assert rel_error(ref.astype(np.float32), ref) == 0.0
+    assert rel_error(np.array([3.0, 4.5]), ref) == pytest.approx(0.1)
+    assert np.isnan(rel_error(np.array([np.nan, 4.0]), ref))
+    assert np.isnan(rel_error(np.array([np.inf, 4.0]), ref))
+    assert rel_error(np.array([0.5, 0.0]), np.zeros(2)) == pytest.approx(0.5)   # zero reference: absolute
+    with pytest.raises(ValueError, match="shape"):
+        rel_error(np.zeros(3), ref)
+
+
+@pytest.fixture
+def ctx(compose, tmp_path):
+    cfg = compose(["backend=cpu", "progress=false", "bench.warmup=1", "bench.min_repeats=3",
+                   "bench.max_repeats=5", "bench.min_time_ms=0"])
+    return Context(cfg=cfg, backend="cpu", size="small", out_dir=tmp_path)
+
+
+def _case(rng, name="c1", n=64):
+    x = rng.standard_normal(n).astype(np.float32)
+    return Case(name=name, params={"n": n}, inputs={"x": x}, reference=lambda: {"y": 2.0 * x.astype(np.float64)})
+
+
+def _variant(name, kind, fn, **kw):
+    def build(case, ctx):
+        x = case.inputs["x"]
+        out = np.full_like(x, np.nan)          # poisoned: a variant that does not write stays NaN
+        return lambda: {"y": fn(x, out)}
+    return Variant(name, kind, build, **kw)
+
+
+def _good(x, out):
+    np.multiply(x, 2, out=out)
+    return out
+
+
+def _lazy(x, out):                               # writes half the output
+    out[: x.size // 2] = 2 * x[: x.size // 2]
+    return out
+
+
+def _wrong(x, out):
+    np.multiply(x, 2.01, out=out)
+    return out
+
+
+def test_measure_flags_wrong_variants_and_computes_speedups(ctx):
+    rng = np.random.default_rng(0)
+    cases = [_case(rng, "c1"), _case(rng, "c2", n=100)]
+    cost = lambda case: Cost(bytes=8.0 * case.params["n"], flops=case.params["n"])  # noqa: E731
+    variants = [_variant("good", "ours", _good, cost=cost), _variant("lazy", "ours", _lazy),
+                _variant("wrong", "ours", _wrong), _variant("loose", "ours", _wrong, tolerance=0.1),
+                _variant("base", "baseline", _good)]
+    rows = measure(cases, variants, ctx, tolerance=1e-4, speedup_over=["base"])
+    assert len(rows) == 10
+    by = {(r["case"], r["variant"]): r for r in rows}
+    r = by[("c1", "good")]
+    assert r["ok"] is True and r["rel_err"] < 1e-6 and r["tol"] == 1e-4 and r["n"] == 64 and r["kind"] == "ours"
+    assert r["reps"] >= 3 and r["median_ms"] > 0 and r["iqr_ms"] >= 0
+    assert r["gbps"] == pytest.approx(8 * 64 / (r["median_ms"] * 1e-3) / 1e9)
+    assert "pct_peak" not in r                                   # no GPU peaks on the CPU backend
+    assert by[("c1", "lazy")]["ok"] is False and np.isnan(by[("c1", "lazy")]["rel_err"])
+    assert by[("c1", "wrong")]["ok"] is False and by[("c1", "wrong")]["rel_err"] == pytest.approx(0.005, rel=1e-3)
+    assert by[("c1", "loose")]["ok"] is True and by[("c1", "loose")]["tol"] == 0.1
+    for c in ("c1", "c2"):
+        for v in ("good", "lazy", "wrong", "loose"):
+            row = by[(c, v)]
+            assert row["x_vs_base"] == pytest.approx(by[(c, "base")]["median_ms"] / row["median_ms"])
+        assert "x_vs_base" not in by[(c, "base")]
+    fails = bench.failures(rows)
+    assert len(fails) == 4
+    assert any(f.startswith("c1/lazy: relative error nan") for f in fails)
+    assert any(f.startswith("c2/wrong: relative error 0.005") for f in fails)
+
+
+def test_measure_checks_before_timing_with_fresh_outputs(ctx):
+    """run() is called once for the check, then warm-up + repeats; build() once per case."""
+    rng = np.random.default_rng(1)
+    calls = {"build": 0, "run": 0}
+
+    def build(case, ctx):
+        calls["build"] += 1
+
+        def run():
+            calls["run"] += 1
+            return {"y": 2 * case.inputs["x"]}
+        return run
+    rows = measure([_case(rng)], [Variant("v", "ours", build)], ctx, tolerance=1e-4)
+    assert calls["build"] == 1 and calls["run"] == 1 + 1 + rows[0]["reps"]
+    assert rows[0]["ok"]
+
+
+def test_measure_custom_check(ctx):
+    rng = np.random.default_rng(2)
+    v = _variant("v", "ours", _wrong, check=lambda out, exp: {"y": 0.0})
+    [row] = measure([_case(rng)], [v], ctx, tolerance=1e-4)
+    assert row["ok"] and row["rel_err"] == 0.0
+
+
+def test_case_reference_is_computed_once():
+    n = {"calls": 0}
+
+    def ref():
+        n["calls"] += 1
+        return {"y": np.zeros(2)}
+    c = Case("c", {}, {}, ref)
+    c.expected()
+    c.expected()
+    assert n["calls"] == 1
+
+
+def test_context_cpu(ctx, capsys):
+    assert ctx.xp is np and not ctx.cuda
+    ctx.notice("hello")
+    assert ctx.notices == ["hello"] and "[pipeline] hello" in capsys.readouterr().err
+    t = ctx.time(lambda: None)
+    assert t.n >= 3
+    assert list(ctx.progress(range(3))) == [0, 1, 2]
+    ctx.sync()
+
+
+def test_make_context_cpu_backend(compose, tmp_path, capsys):
+    from pipeline.context import make_context
+    c = make_context(compose(["backend=cpu", "progress=false"]), tmp_path)
+    assert c.backend == "cpu" and c.size == "small" and c.device is None and c.peaks is None
+    assert any("size=small" in n for n in c.notices)
+    c = make_context(compose(["backend=cpu", "size=full"]), tmp_path)
+    assert c.size == "full" and c.notices == []

@@ -298,3 +298,177 @@ __global__ void bcm_col2im(const float* __restrict__ cols, float* __restrict__ x
 }
 
 }  // extern "C"
+
+// ======================================================================================
+// Beyond the paper, "dft": the whole layer in four launches, no cuFFT.
+//   bcm_dft_rows      real DFT (R2C) of up to three row sets in one launch (x and w, or g)
+//   bcm_dft_product   one or two products (forward; or weight + input gradient) in one launch:
+//                     the tiled complex product over all k' frequencies, then an inverse DFT of the
+//                     16x16 output tile in shared memory, bias added (forward) or the bias gradient
+//                     accumulated from the staged FFT(G) tiles (weight-gradient pass), written as
+//                     real outputs. Direct DFTs cost O(k^2) per row but for k <= 64 they are cheap
+//                     next to the products, and they remove every intermediate launch.
+// ======================================================================================
+
+#define DFT_ROWS 32
+
+// out_seg[r, f] = sum_t in_seg[r, t] * exp(-2 pi i f t / K), f < KF = K/2+1.
+// grid (ceil(max rows / DFT_ROWS), nseg), block 256; dynamic smem: DFT_ROWS*K floats + K float2.
+extern "C" __global__ void bcm_dft_rows(const float* __restrict__ in0, float2* __restrict__ out0, int rows0,
+                                        const float* __restrict__ in1, float2* __restrict__ out1, int rows1,
+                                        const float* __restrict__ in2, float2* __restrict__ out2, int rows2,
+                                        int K, int KF)
+{
+    extern __shared__ float dsm[];
+    float2* tw = reinterpret_cast<float2*>(dsm);      // K twiddles exp(-2 pi i m / K)
+    float* xs = dsm + 2 * K;                          // [DFT_ROWS][K]
+    const float* in; float2* out; int rows;
+    if (blockIdx.y == 0) { in = in0; out = out0; rows = rows0; }
+    else if (blockIdx.y == 1) { in = in1; out = out1; rows = rows1; }
+    else { in = in2; out = out2; rows = rows2; }
+    int r0 = blockIdx.x * DFT_ROWS;
+    if (r0 >= rows) return;
+    int nr = min(DFT_ROWS, rows - r0);
+    for (int m = threadIdx.x; m < K; m += blockDim.x) {
+        float s, c;
+        sincospif(2.0f * (float)m / (float)K, &s, &c);
+        tw[m] = make_float2(c, -s);
+    }
+    for (int i = threadIdx.x; i < nr * K; i += blockDim.x) xs[i] = in[(size_t)r0 * K + i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < nr * KF; i += blockDim.x) {
+        int r = i / KF, f = i - (i / KF) * KF;
+        const float* x = xs + r * K;
+        float re = 0.f, im = 0.f;
+        #pragma unroll 8
+        for (int t = 0; t < K; ++t) {
+            float2 w = tw[(f * t) & (K - 1)];
+            re = fmaf(x[t], w.x, re);
+            im = fmaf(x[t], w.y, im);
+        }
+        out[(size_t)r0 * KF + i] = make_float2(re, im);
+    }
+}
+
+struct DftPass {
+    const float2* A; const float2* B; float* out; float* extra;
+    int U, V, S, au, as, bv, bs, conj, mode;   // mode 1: out += bias (extra); mode 2: extra = sum_s A (db)
+};
+
+// grid (tiles0 + tiles1); block KF*16; dynamic smem: max(2*16*TS*KF, (16*16 + 16)*KF) float2 + K float2.
+extern "C" __global__ void __launch_bounds__(544)
+bcm_dft_product(const float2* A0, const float2* B0, float* O0, float* X0, int U0, int V0, int S0,
+                int au0, int as0, int bv0, int bs0, int cj0, int mode0,
+                const float2* A1, const float2* B1, float* O1, float* X1, int U1, int V1, int S1,
+                int au1, int as1, int bv1, int bs1, int cj1, int mode1,
+                int K, int KF, int tiles0)
+{
+    extern __shared__ float2 psm[];
+    DftPass P;
+    int tile = blockIdx.x;
+    if (tile < tiles0) {
+        P = {A0, B0, O0, X0, U0, V0, S0, au0, as0, bv0, bs0, cj0, mode0};
+    } else {
+        tile -= tiles0;
+        P = {A1, B1, O1, X1, U1, V1, S1, au1, as1, bv1, bs1, cj1, mode1};
+    }
+    const int nvt = (P.V + TILE - 1) / TILE;
+    const int u0 = (tile / nvt) * TILE, v0 = (tile % nvt) * TILE;
+    float2* sA = psm;                        // [TILE][TS][KF]
+    float2* sB = psm + TILE * TS * KF;
+    const int tid = threadIdx.x;
+    const int f = tid % KF;
+    const int g = tid / KF;
+    const int ug = g / (TILE / REG), vg = g % (TILE / REG);
+    const bool cj = P.conj != 0;
+    const bool do_db = P.mode == 2 && v0 == 0 && vg == 0;
+    const int tile_elems = TILE * TS * KF;
+
+    float2 acc[REG][REG];
+    float2 dbacc[REG];
+    #pragma unroll
+    for (int i = 0; i < REG; ++i) {
+        dbacc[i] = make_float2(0.f, 0.f);
+        #pragma unroll
+        for (int j = 0; j < REG; ++j) acc[i][j] = make_float2(0.f, 0.f);
+    }
+    for (int s0 = 0; s0 < P.S; s0 += TS) {
+        for (int idx = tid; idx < tile_elems; idx += blockDim.x) {
+            int ff = idx % KF;
+            int ss = (idx / KF) % TS;
+            int rr = idx / (KF * TS);
+            int s = s0 + ss;
+            int u = u0 + rr, v = v0 + rr;
+            sA[idx] = (u < P.U && s < P.S) ? P.A[(size_t)u * P.au + (size_t)s * P.as + ff] : make_float2(0.f, 0.f);
+            sB[idx] = (v < P.V && s < P.S) ? P.B[(size_t)v * P.bv + (size_t)s * P.bs + ff] : make_float2(0.f, 0.f);
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int ss = 0; ss < TS; ++ss) {
+            float2 ra[REG], rb[REG];
+            #pragma unroll
+            for (int i = 0; i < REG; ++i) ra[i] = sA[((ug * REG + i) * TS + ss) * KF + f];
+            #pragma unroll
+            for (int j = 0; j < REG; ++j) rb[j] = sB[((vg * REG + j) * TS + ss) * KF + f];
+            #pragma unroll
+            for (int i = 0; i < REG; ++i)
+                #pragma unroll
+                for (int j = 0; j < REG; ++j) cfma(acc[i][j], ra[i], rb[j], cj);
+            if (do_db) {
+                #pragma unroll
+                for (int i = 0; i < REG; ++i) dbacc[i] = cadd(dbacc[i], ra[i]);
+            }
+        }
+        __syncthreads();
+    }
+    // Epilogue: the frequency tile to shared memory, then the inverse real DFT of each (u, v) row.
+    float2* sR = psm;                                     // [TILE*TILE][KF]
+    float2* sD = psm + TILE * TILE * KF;                  // [TILE][KF]   (bias-gradient rows)
+    float2* tw = psm + (TILE * TILE + TILE) * KF;         // [K]  exp(+2 pi i m / K)
+    #pragma unroll
+    for (int i = 0; i < REG; ++i) {
+        #pragma unroll
+        for (int j = 0; j < REG; ++j) sR[((ug * REG + i) * TILE + vg * REG + j) * KF + f] = acc[i][j];
+        if (do_db) sD[(ug * REG + i) * KF + f] = dbacc[i];
+    }
+    for (int m = tid; m < K; m += blockDim.x) {
+        float s, c;
+        sincospif(2.0f * (float)m / (float)K, &s, &c);
+        tw[m] = make_float2(c, s);
+    }
+    __syncthreads();
+    const float inv_k = 1.0f / (float)K;
+    const int half = K / 2;
+    for (int idx = tid; idx < TILE * TILE * K; idx += blockDim.x) {
+        int t = idx % K;
+        int uv = idx / K;
+        int uu = uv / TILE, vv = uv % TILE;
+        int u = u0 + uu, v = v0 + vv;
+        if (u >= P.U || v >= P.V) continue;
+        const float2* R = sR + uv * KF;
+        float y = R[0].x + R[half].x * ((t & 1) ? -1.f : 1.f);
+        float acc2 = 0.f;
+        for (int ff = 1; ff < half; ++ff) {
+            float2 w = tw[(ff * t) & (K - 1)];
+            acc2 = fmaf(R[ff].x, w.x, fmaf(-R[ff].y, w.y, acc2));
+        }
+        y = (y + 2.f * acc2) * inv_k;
+        size_t o = (size_t)u * P.V * K + (size_t)v * K + t;
+        if (P.mode == 1) y += P.extra[(size_t)v * K + t];
+        P.out[o] = y;
+    }
+    if (P.mode == 2 && v0 == 0) {
+        for (int idx = tid; idx < TILE * K; idx += blockDim.x) {
+            int t = idx % K, uu = idx / K, u = u0 + uu;
+            if (u >= P.U) continue;
+            const float2* R = sD + uu * KF;
+            float y = R[0].x + R[half].x * ((t & 1) ? -1.f : 1.f);
+            float acc2 = 0.f;
+            for (int ff = 1; ff < half; ++ff) {
+                float2 w = tw[(ff * t) & (K - 1)];
+                acc2 = fmaf(R[ff].x, w.x, fmaf(-R[ff].y, w.y, acc2));
+            }
+            P.extra[(size_t)u * K + t] = (y + 2.f * acc2) * inv_k;
+        }
+    }
+}

@@ -13,12 +13,11 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from pipeline.bench import Case, Variant
-from pipeline.gpu import kernels
-from pipeline.gpu.peaks import matmul_precision
+from pipeline.gpu import blas, kernels
 from pipeline.gpu.transfer import upload_all
 from pipeline.models.bcm import reference as ref
 
-OURS = ("baseline", "o1", "o2", "fused", "tiled", "cgemm")
+OURS = ("baseline", "o1", "o2", "fused", "tiled", "cgemm", "dft")
 THREADS = 256
 
 
@@ -40,6 +39,8 @@ def _k(name: str):
         "bcm_bias_grad": "PPii",
         "bcm_im2col": "PPiiiiiiiiii",
         "bcm_col2im": "PPiiiiiiiiii",
+        "bcm_dft_rows": "PPiPPiPPiii",
+        "bcm_dft_product": "PPPPiiiiiiiii" * 2 + "iii",
     }[name]
     return _mod().kernel(name, sig)
 
@@ -89,8 +90,8 @@ class BcmLinear:
     def __init__(self, p: int, q: int, k: int, variant: str = "tiled"):
         if variant not in OURS:
             raise ValueError(f"unknown BCM variant {variant!r}; one of {OURS}")
-        if variant == "tiled" and k > 64:
-            raise ValueError("the tiled variant supports block_size <= 64 (k' * 16 threads per block)")
+        if variant in ("tiled", "dft") and k > 64:
+            raise ValueError(f"the {variant} variant supports block_size <= 64 (k' * 16 threads per block)")
         self.p, self.q, self.k, self.variant = p, q, k, variant
         self.kf = k // 2 + 1
         self._bufs: Dict[Tuple, object] = {}
@@ -163,6 +164,58 @@ class BcmLinear:
                            i32(P.S), i32(k))
         return out
 
+    # ------------------------------------------------------------- "dft": four launches in all
+    def _dft_rows(self, *segs):
+        """Real DFT of up to three (input (rows, k) float32, output (rows, k') complex64) pairs."""
+        k, kf = self.k, self.kf
+        args, rows_max = [], 0
+        for i in range(3):
+            if i < len(segs):
+                x, out = segs[i]
+                rows = x.size // k
+                args += [x, out, np.int32(rows)]
+                rows_max = max(rows_max, rows)
+            else:
+                args += [0, 0, np.int32(0)]
+        _k("bcm_dft_rows")((_cdiv(rows_max, 32), len(segs)), (256,), *args, np.int32(k), np.int32(kf),
+                           shared=(32 * k + 2 * k) * 4)
+
+    def _dft_product(self, *specs):
+        """specs: (Pass, A, B, out, extra, mode) for one or two passes, one launch."""
+        k, kf = self.k, self.kf
+        args, tiles = [], []
+        for i in range(2):
+            if i < len(specs):
+                P, A, B, out, extra, mode = specs[i]
+                tiles.append(_cdiv(P.U, 16) * _cdiv(P.V, 16))
+                args += [A, B, out, extra if extra is not None else 0] + [np.int32(v) for v in
+                         (P.U, P.V, P.S, P.au, P.as_, P.bv, P.bs, P.conj, mode)]
+            else:
+                tiles.append(0)
+                args += [0, 0, 0, 0] + [np.int32(0)] * 9
+        _k("bcm_dft_product")((tiles[0] + tiles[1],), (kf * 16,), *args, np.int32(k), np.int32(kf),
+                              np.int32(tiles[0]), shared=((16 * 16 + 16) * kf + k) * 8)
+
+    def _forward_dft(self, x, w, bias):
+        n, p, q, k, kf = self.n, self.p, self.q, self.k, self.kf
+        self.xf = self._buf("xf", (n, q, kf), np.complex64)
+        self.wf = self._buf("wf", (p, q, kf), np.complex64)
+        self._dft_rows((x, self.xf), (w, self.wf))
+        a = self._buf("a", (n, p * k), np.float32)
+        self._dft_product((passes(n, p, q, kf)["fwd"], self.xf, self.wf, a, bias, 1))
+        return a
+
+    def _backward_dft(self, g):
+        n, p, q, k, kf = self.n, self.p, self.q, self.k, self.kf
+        gf = self._buf("gf", (n, p, kf), np.complex64)
+        self._dft_rows((g, gf))
+        ps = passes(n, p, q, kf)
+        dw = self._buf("dw", (p, q, k), np.float32)
+        dx = self._buf("dx", (n, q * k), np.float32)
+        db = self._buf("db", (p * k,), np.float32)
+        self._dft_product((ps["dw"], gf, self.xf, dw, db, 2), (ps["dx"], gf, self.wf, dx, None, 0))
+        return dw, dx, db
+
     def _reverse(self, x, rows: int):
         y = self._buf(f"rev_{rows}", (rows, self.k), np.float32)
         _k("bcm_reverse")((_cdiv(rows * self.k, THREADS),), (THREADS,), x, y, np.int64(rows), np.int32(self.k))
@@ -175,6 +228,8 @@ class BcmLinear:
         n = x.shape[0]
         p, q, k, kf = self.p, self.q, self.k, self.kf
         self.n, self.x, self.w = n, x, w
+        if self.variant == "dft":
+            return self._forward_dft(x, w, bias)
         self.xf = cupy.fft.rfft(x.reshape(n, q, k), axis=-1)
         self.wf = cupy.fft.rfft(w, axis=-1)
         P = passes(n, p, q, kf)["fwd"]
@@ -184,7 +239,7 @@ class BcmLinear:
             xt = cupy.ascontiguousarray(self.xf.transpose(2, 0, 1))      # (k', n, q)
             wt = cupy.ascontiguousarray(self.wf.transpose(2, 0, 1))      # (k', p, q)
             self.xt, self.wt = xt, wt
-            af = cupy.matmul(xt, wt.transpose(0, 2, 1))                  # (k', n, p)
+            af = blas.cgemm_batched(xt, wt, cupy.empty((kf, n, p), cupy.complex64), trans_b=True)  # (k', n, p)
             a = cupy.fft.irfft(af.transpose(1, 2, 0), n=k, axis=-1).reshape(n, p * k)
         else:
             R = self._product("fwd", P, self.xf, self.wf)
@@ -196,6 +251,8 @@ class BcmLinear:
         """g = dL/da (n, p*k) -> (dw (p, q, k), dx (n, q*k), db (p*k,))."""
         import cupy
         n, p, q, k, kf = self.n, self.p, self.q, self.k, self.kf
+        if self.variant == "dft":
+            return self._backward_dft(g)
         db = self._buf("db", (p * k,), np.float32)
         bias_grad(g, db)
         gf = cupy.fft.rfft(g.reshape(n, p, k), axis=-1)
@@ -208,8 +265,8 @@ class BcmLinear:
             return dw, dx, db
         if self.variant == "cgemm":
             gt = cupy.ascontiguousarray(gf.transpose(2, 0, 1))           # (k', n, p)
-            dwf = cupy.matmul(gt.transpose(0, 2, 1), cupy.conj(self.xt))  # (k', p, q)
-            dxf = cupy.matmul(gt, cupy.conj(self.wt))                     # (k', n, q)
+            dwf = blas.cgemm_batched(gt, cupy.conj(self.xt), cupy.empty((kf, p, q), cupy.complex64), trans_a=True)
+            dxf = blas.cgemm_batched(gt, cupy.conj(self.wt), cupy.empty((kf, n, q), cupy.complex64))
             dw = cupy.fft.irfft(dwf.transpose(1, 2, 0), n=k, axis=-1)
             dx = cupy.fft.irfft(dxf.transpose(1, 2, 0), n=k, axis=-1).reshape(n, q * k)
             return dw, dx, db
@@ -230,16 +287,15 @@ class DenseLinear:
     def forward(self, x, bias):
         import cupy
         self.x = x
-        with matmul_precision(self.precision):
-            a = cupy.matmul(x, self.W.T)
+        a = blas.sgemm(x, self.W, cupy.empty((x.shape[0], self.W.shape[0]), cupy.float32), trans_b=True,
+                       precision=self.precision)
         add_bias(a, bias)
         return a
 
     def backward(self, g):
         import cupy
-        with matmul_precision(self.precision):
-            dW = cupy.matmul(g.T, self.x)
-            dx = cupy.matmul(g, self.W)
+        dW = blas.sgemm(g, self.x, cupy.empty(self.W.shape, cupy.float32), trans_a=True, precision=self.precision)
+        dx = blas.sgemm(g, self.W, cupy.empty(self.x.shape, cupy.float32), precision=self.precision)
         db = cupy.empty(g.shape[1], cupy.float32)
         bias_grad(g, db)
         return dW, dx, db

@@ -27,7 +27,7 @@ SMALL = {
 PAPER_SPEEDUP = {("A", 16): 1.12, ("A", 32): 2.1, ("A", 64): 3.5,
                  ("B", 16): 1.06, ("B", 32): 1.39, ("B", 64): 1.64}
 
-GPU_OURS = ["baseline", "o1", "o2", "fused", "tiled", "cgemm"]
+GPU_OURS = ["baseline", "o1", "o2", "fused", "tiled", "cgemm", "dft"]
 GPU_BASELINES = ["dense_fp32", "dense_tf32"]
 CPU_OURS = ["cpu_fft"]
 CPU_BASELINES = ["cpu_dense"]

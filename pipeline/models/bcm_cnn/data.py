@@ -1,0 +1,69 @@
+"""The three datasets of model=bcm_cnn as float32 NHWC arrays, normalised per channel with the
+training set's statistics: CIFAR-10 (JPEG pack), MNIST (IDX) and scikit-learn's bundled digits."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Tuple
+
+import numpy as np
+
+from pipeline.errors import DataError
+
+# size=small (the CPU backend's preset): (train, test) images, unless model.train_limit/test_limit say.
+SMALL = {"cifar10": (64, 64), "mnist": (1000, 500), "digits": (0, 0)}
+
+
+@dataclass
+class Split:
+    x: np.ndarray      # (n, h, w, c) float32, normalised
+    y: np.ndarray      # (n,) int32
+
+
+def _raw(cfg, name: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """uint8/float (n, h, w, c) images and labels for train and test."""
+    if name == "cifar10":
+        from pipeline.data import cifar10
+        xtr, ytr = cifar10.load(cfg, "train")
+        xte, yte = cifar10.load(cfg, "test")
+        return xtr, ytr, xte, yte
+    if name == "mnist":
+        from pipeline.data import mnist
+        xtr, ytr = mnist.load(cfg, "train")
+        xte, yte = mnist.load(cfg, "test")
+        return xtr[..., None], ytr, xte[..., None], yte
+    if name == "digits":
+        from sklearn.datasets import load_digits
+        d = load_digits()
+        x = d.images.astype(np.float32)[..., None]            # (1797, 8, 8, 1), values 0..16
+        y = d.target
+        perm = np.random.default_rng(12345).permutation(len(y))   # a fixed split, independent of cfg.seed
+        ntest = 360
+        te, tr = perm[:ntest], perm[ntest:]
+        return x[tr], y[tr], x[te], y[te]
+    raise DataError(f"dataset '{name}' is not one model=bcm_cnn can train on (cifar10, mnist, digits)")
+
+
+def load(cfg, name: str, size: str, seed: int) -> Tuple[Split, Split]:
+    """(train, test) for ``name``; the training set is shuffled with ``seed`` before limiting."""
+    xtr, ytr, xte, yte = _raw(cfg, name)
+    m = cfg.model
+    ntr, nte = (int(m.train_limit), int(m.test_limit))
+    if size == "small":
+        ntr = ntr or SMALL[name][0]
+        nte = nte or SMALL[name][1]
+    perm = np.random.default_rng([seed, 7]).permutation(len(ytr))
+    if ntr:
+        perm = perm[:ntr]
+    xtr, ytr = xtr[perm], ytr[perm]
+    if nte:
+        # the test files are ordered by class (CIFAR-10): take a class-balanced, fixed subset
+        pick = np.random.default_rng(54321).permutation(len(yte))[:nte]
+        xte, yte = xte[pick], yte[pick]
+    xtr = xtr.astype(np.float32)
+    xte = xte.astype(np.float32)
+    mean = xtr.mean(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
+    std = xtr.std(axis=(0, 1, 2), dtype=np.float64).astype(np.float32) + 1e-6
+    xtr = (xtr - mean) / std
+    xte = (xte - mean) / std
+    return (Split(np.ascontiguousarray(xtr), ytr.astype(np.int32)),
+            Split(np.ascontiguousarray(xte), yte.astype(np.int32)))

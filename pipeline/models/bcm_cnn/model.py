@@ -1,0 +1,290 @@
+"""model=bcm_cnn: train a CNN whose conv and FC layers are block-circulant (notes §4.5, Fig. 13)
+beside the same network with dense layers, on CIFAR-10, MNIST or scikit-learn's digits; report
+per-epoch loss, test accuracy and epoch time, and the accuracy gap and epoch-time ratio BCM vs dense.
+
+On the GPU the BCM layers run our kernels (variant from ``kernel=``, default ``tiled``) and the dense
+layers cuBLAS (``model.precision``); on the CPU backend the NumPy FFT reference and NumPy matmuls.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from pipeline.bench import rel_error
+from pipeline.config.bcm_cnn import BCM_VARIANTS
+from pipeline.models.base import Model
+from pipeline.models.bcm import reference as ref
+from pipeline.models.bcm_cnn import data as datasets
+from pipeline.models.bcm_cnn.net import ARCHS, Net
+from pipeline.results import Report
+
+# Paper §4.5 / Fig. 13: CIFAR-10 accuracy drop of the BCM network vs GEMM, percentage points.
+PAPER_GAP = {16: 1.4, 32: 2.3, 64: 5.2}
+WARMUP_STEPS = 100     # linear learning-rate warm-up (plain CNN without normalisation layers)
+
+
+def _cpu_blas_single_thread(on: bool):
+    """One BLAS thread on the CPU backend: these matrices are small, and a multi-threaded
+    OpenBLAS on a shared machine spends ~100x longer waiting than computing."""
+    import contextlib
+    if on:
+        try:
+            from threadpoolctl import threadpool_limits
+            return threadpool_limits(limits=1, user_api="blas")
+        except ImportError:
+            pass
+    return contextlib.nullcontext()
+
+
+class BcmCnnModel(Model):
+    GPU_VARIANTS = list(BCM_VARIANTS)
+    CPU_VARIANTS = ["cpu", "cpu_fft"]
+
+    # ---------------------------------------------------------------------------------- prepare
+    def prepare(self) -> None:
+        cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
+        self.dataset = str(cfg.dataset.name)
+        variant = str(cfg.kernel.name)
+        if ctx.cuda and variant not in BCM_VARIANTS:
+            ctx.notice(f"kernel={variant} is a CPU variant; on the GPU the BCM layers run the tiled kernels")
+            variant = "tiled"
+        elif not ctx.cuda and variant not in self.CPU_VARIANTS:
+            ctx.notice(f"CPU backend: kernel={variant} needs a GPU; the BCM layers run the NumPy FFT reference "
+                       f"and the dense layers NumPy matmuls")
+        self.variant = variant
+        self.train, self.test = datasets.load(cfg, self.dataset, ctx.size, int(cfg.seed))
+        self.spec = ARCHS[self.dataset]
+        self.input_shape = tuple(self.train.x.shape[1:])
+        ks = [int(k) for k in (list(m.block_sizes) or [m.block_size])]
+        self.nets: List[Dict[str, Any]] = []
+        if m.dense_baseline:
+            self.nets.append({"tag": "dense", "k": None, "bcm": False})
+        if m.bcm:
+            self.nets += [{"tag": f"bcm_k{k}", "k": k, "bcm": True} for k in ks]
+        ctx.notice(f"bcm_cnn on {self.dataset}: {len(self.train.y)} training / {len(self.test.y)} test images, "
+                   f"{int(m.epochs)} epoch(s), batch {int(m.batch_size)}; networks: "
+                   f"{', '.join(n['tag'] for n in self.nets)}")
+
+    def transfer(self) -> None:
+        import cupy
+        self.dtrain = (cupy.asarray(self.train.x), cupy.asarray(self.train.y))
+        self.dtest = (cupy.asarray(self.test.x), cupy.asarray(self.test.y))
+
+    # ---------------------------------------------------------------------------------- execute
+    def _build(self, entry) -> Net:
+        k = entry["k"] or 1
+        net = Net(self.spec, self.input_shape, entry["bcm"], k, cuda=self.ctx.cuda, variant=self.variant,
+                  precision=str(self.cfg.model.precision))
+        net.init(int(self.cfg.seed))
+        return net
+
+    def _batch(self, xp, X, Y, idx, augment: bool, rng: np.random.Generator):
+        """The batch ``idx``; with ``augment``: random crops of the 4-pixel zero-padded image and
+        random horizontal flips (drawn on the host from the seeded ``rng``)."""
+        i = xp.asarray(idx)
+        xb, yb = X[i], Y[i]
+        if not augment:
+            return xb, yb
+        n, h, w, _ = xb.shape
+        pad = 4
+        xpd = xp.pad(xb, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+        oy = rng.integers(0, 2 * pad + 1, n)
+        ox = rng.integers(0, 2 * pad + 1, n)
+        flip = rng.random(n) < 0.5
+        rows = oy[:, None] + np.arange(h)[None, :]
+        cols = ox[:, None] + np.arange(w)[None, :]
+        cols = np.where(flip[:, None], cols[:, ::-1], cols)
+        b = xp.asarray(np.arange(n)[:, None, None])
+        return xpd[b, xp.asarray(rows[:, :, None]), xp.asarray(cols[:, None, :])], yb
+
+    def _evaluate(self, net: Net, X, Y) -> float:
+        xp = net.xp
+        bs = int(self.cfg.model.eval_batch)
+        correct = xp.zeros((), xp.int64)
+        for s in range(0, len(Y), bs):
+            correct += (net.predict(X[s:s + bs]) == Y[s:s + bs]).sum()
+        return float(correct) / max(1, len(Y))
+
+    def _train(self, entry) -> Dict[str, Any]:
+        cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
+        net = self._build(entry)
+        xp = net.xp
+        X, Y = self.dtrain if ctx.cuda else (self.train.x, self.train.y)
+        Xt, Yt = self.dtest if ctx.cuda else (self.test.x, self.test.y)
+        n = len(self.train.y)
+        bs = min(int(m.batch_size), n)
+        steps = n // bs                       # the last incomplete batch is dropped
+        epochs = int(m.epochs)
+        total = steps * epochs
+        warm = min(WARMUP_STEPS, max(1, total // 5))
+        augment = bool(m.augment) and self.dataset == "cifar10"
+        hist = {"train_loss": [], "test_acc": [], "epoch_s": [], "layer_s": []}
+        failure = None
+        t = 0
+        for epoch in range(epochs):
+            rng = np.random.default_rng([int(cfg.seed), 11, epoch])
+            perm = rng.permutation(n)
+            net.timer.reset()
+            ctx.sync()
+            t0 = time.perf_counter()
+            loss_sum = xp.zeros((), xp.float64)
+            bar = ctx.progress(range(steps), desc=f"{entry['tag']} epoch {epoch + 1}/{epochs}", total=steps)
+            for s in bar:
+                lr = float(m.lr) * min(1.0, (t + 1) / warm) * 0.5 * (1 + math.cos(math.pi * t / total))
+                xb, yb = self._batch(xp, X, Y, perm[s * bs:(s + 1) * bs], augment, rng)
+                loss = net.train_step(xb, yb, lr, float(m.momentum), float(m.weight_decay), float(m.clip_norm))
+                loss_sum += loss
+                t += 1
+                if s % 50 == 49 and cfg.progress:
+                    bar.set_postfix(loss=f"{float(loss):.3f}")
+            ctx.sync()
+            epoch_s = time.perf_counter() - t0
+            layer_s = net.timer.total()
+            train_loss = float(loss_sum) / max(1, steps)
+            acc = self._evaluate(net, Xt, Yt)
+            for key, v in (("train_loss", train_loss), ("test_acc", acc), ("epoch_s", epoch_s), ("layer_s", layer_s)):
+                hist[key].append(v)
+            print(f"[bcm_cnn] {entry['tag']} epoch {epoch + 1}/{epochs}: train loss {train_loss:.4f}, "
+                  f"test acc {100 * acc:.2f}%, epoch {epoch_s:.2f} s (linear layers {layer_s:.2f} s)", flush=True)
+            if not math.isfinite(train_loss):
+                failure = f"{entry['tag']}: training loss became {train_loss} in epoch {epoch + 1} (lower model.lr)"
+                break
+        return {"net": net, "hist": hist, "failure": failure}
+
+    def execute(self) -> None:
+        self.results: Dict[str, Dict[str, Any]] = {}
+        with _cpu_blas_single_thread(not self.ctx.cuda):
+            for entry in self.nets:
+                r = self._train(entry)
+                r.update(entry)
+                self.results[entry["tag"]] = r
+
+    # ----------------------------------------------------------------------------------- verify
+    def _check_layers(self, net: Net) -> Dict[str, float]:
+        """Each BCM layer of the trained network (its own weights, the backend's code: our kernels
+        on the GPU) on fresh random inputs against the float64 dense-matrix reference."""
+        from pipeline.models.bcm_cnn.net import CpuBcmCore, GpuBcmCore
+        rng = np.random.default_rng([int(self.cfg.seed), 99])
+        errs = {}
+        for lin in net.linears:
+            if not lin.bcm:
+                continue
+            rows = 37                                  # not a multiple of 32
+            x = rng.standard_normal((rows, lin.in_p), dtype=np.float32)
+            g = rng.standard_normal((rows, lin.out_p), dtype=np.float32)
+            w = np.asarray(lin.W.get() if net.cuda else lin.W, np.float32)
+            b = np.asarray(lin.b.get() if net.cuda else lin.b, np.float32)
+            exp = ref.fc_reference(x, w, b, g)
+            if net.cuda:
+                import cupy
+                core = GpuBcmCore(lin.p, lin.q, lin.k, net.variant)
+                a = core.forward(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b))
+                dw, dx, db = core.backward(cupy.asarray(g), True)
+                got = {"a": a.get(), "dw": dw.get(), "dx": dx.get(), "db": db.get()}
+            else:
+                core = CpuBcmCore(lin.p, lin.q, lin.k)
+                a = core.forward(x, w, b)
+                dw, dx, db = core.backward(g, True)
+                got = {"a": a, "dw": dw, "dx": dx, "db": db}
+            errs[lin.name] = max(rel_error(got[key], exp[key]) for key in ("a", "dw", "dx", "db"))
+        return errs
+
+    def verify(self) -> None:
+        tol = float(self.cfg.model.tolerance)
+        self.failures: List[str] = []
+        self.layer_errors: Dict[str, Dict[str, float]] = {}
+        for tag, r in self.results.items():
+            if r["failure"]:
+                self.failures.append(r["failure"])
+            if r["bcm"]:
+                errs = self._check_layers(r["net"])
+                self.layer_errors[tag] = errs
+                for name, e in errs.items():
+                    if not e <= tol:
+                        self.failures.append(f"{tag}: BCM layer {name} ({self.variant}) differs from the float64 "
+                                             f"reference by {e:.2e} > tolerance {tol:g}")
+            acc = r["hist"]["test_acc"][-1] if r["hist"]["test_acc"] else float("nan")
+            if not acc >= float(self.cfg.model.min_accuracy):
+                self.failures.append(f"{tag}: final test accuracy {acc:.4f} < model.min_accuracy "
+                                     f"{float(self.cfg.model.min_accuracy):g}")
+
+    # ----------------------------------------------------------------------------------- report
+    @staticmethod
+    def _steady(vals: List[float]) -> float:
+        """Epoch time without the first epoch (kernel compilation, FFT plans) when there are more."""
+        v = vals[1:] if len(vals) > 1 else vals
+        return float(np.median(v)) if v else float("nan")
+
+    def report(self) -> Report:
+        rep = Report(failures=self.failures)
+        dense = self.results.get("dense")
+        dense_acc = dense["hist"]["test_acc"][-1] if dense and dense["hist"]["test_acc"] else None
+        dense_t = self._steady(dense["hist"]["epoch_s"]) if dense else None
+        dense_l = self._steady(dense["hist"]["layer_s"]) if dense else None
+        rows = []
+        for tag, r in self.results.items():
+            h, net = r["hist"], r["net"]
+            acc = h["test_acc"][-1] if h["test_acc"] else float("nan")
+            if self.ctx.cuda:
+                impl = self.variant if r["bcm"] else f"cublas_{self.cfg.model.precision}"
+            else:
+                impl = "numpy_fft" if r["bcm"] else "numpy"
+            row = {"network": tag, "k": r["k"] or "-", "variant": impl,
+                   "weights": net.n_weights, "compression": net.n_dense_weights / net.n_weights,
+                   "epochs": len(h["test_acc"]), "train_loss": h["train_loss"][-1] if h["train_loss"] else None,
+                   "test_acc_pct": 100 * acc, "best_acc_pct": 100 * max(h["test_acc"], default=float("nan")),
+                   "epoch_s": self._steady(h["epoch_s"]), "layer_s": self._steady(h["layer_s"])}
+            if r["bcm"]:
+                row["max_layer_err"] = max(self.layer_errors.get(tag, {}).values(), default=None)
+            if r["bcm"] and dense_acc is not None:
+                row["acc_gap_pct"] = 100 * (dense_acc - acc)
+                if self.dataset == "cifar10" and r["k"] in PAPER_GAP:
+                    row["paper_gap_pct"] = PAPER_GAP[r["k"]]
+                row["time_vs_dense"] = row["epoch_s"] / dense_t if dense_t else None
+                row["layer_time_vs_dense"] = row["layer_s"] / dense_l if dense_l else None
+            rows.append(row)
+            for key, vals in h.items():
+                rep.series[f"{tag}/{key}"] = list(vals)
+            for key in ("test_acc_pct", "best_acc_pct", "train_loss", "epoch_s", "layer_s", "compression",
+                        "acc_gap_pct", "paper_gap_pct", "time_vs_dense", "layer_time_vs_dense"):
+                v = row.get(key)
+                if isinstance(v, (int, float)) and v == v:
+                    rep.metrics[f"summary/{tag}/{key}"] = float(v)
+        rep.rows = rows
+        rep.columns = ["network", "k", "variant", "weights", "compression", "epochs", "train_loss", "test_acc_pct",
+                       "best_acc_pct", "acc_gap_pct", "paper_gap_pct", "epoch_s", "time_vs_dense", "layer_s",
+                       "layer_time_vs_dense", "max_layer_err"]
+        first_bcm = next((r for r in self.results.values() if r["bcm"]), None)
+        obj = first_bcm or dense
+        if obj and obj["hist"]["test_acc"]:
+            rep.metrics["summary/objective"] = float(obj["hist"]["test_acc"][-1])
+        any_net = next(iter(self.results.values()))["net"]
+        bcm_net = first_bcm["net"] if first_bcm else any_net
+        rep.title = (f"bcm_cnn on {self.dataset} ({'GPU ' + self.ctx.device.name if self.ctx.cuda else 'CPU, NumPy'}): "
+                     f"{bcm_net.describe()}")
+        rep.notes.append(f"network: {bcm_net.describe()}; BCM layers: {', '.join(bcm_net.bcm_layers()) or 'none'}")
+        rep.figures["training.png"] = self._plot()
+        return rep
+
+    def _plot(self):
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+        for tag, r in self.results.items():
+            h = r["hist"]
+            ep = np.arange(1, len(h["test_acc"]) + 1)
+            ax1.plot(ep, h["train_loss"], marker="o", label=tag)
+            ax2.plot(ep, 100 * np.asarray(h["test_acc"]), marker="o", label=tag)
+        ax1.set_xlabel("epoch")
+        ax1.set_ylabel("training loss")
+        ax2.set_xlabel("epoch")
+        ax2.set_ylabel("test accuracy (%)")
+        ax1.legend(fontsize=8)
+        ax2.legend(fontsize=8)
+        fig.suptitle(f"BCM CNN vs dense on {self.dataset}")
+        fig.tight_layout()
+        return fig

@@ -57,6 +57,7 @@ def _check(cfg) -> None:
     require(m.hot >= 0, "model.hot", m.hot, "a non-negative number of features")
     require(is_pow2(m.replicas) and m.replicas <= 32, "model.replicas", m.replicas, "a power of two <= 32")
     require(is_pow2(m.threads) and 64 <= m.threads <= 1024, "model.threads", m.threads, "a power of two in 64..1024")
+    require(m.threads >= m.chunk, "model.threads", m.threads, f">= model.chunk ({m.chunk})")
     require(1 <= m.blocks_per_sm <= 32, "model.blocks_per_sm", m.blocks_per_sm, "1..32")
     require(m["update"] in UPDATES, "model.update", m["update"], " or ".join(UPDATES))
     require(m.init_std >= 0, "model.init_std", m.init_std, "a non-negative standard deviation")

@@ -37,6 +37,8 @@ class _Base:
         self.gb = cp.zeros(1, cp.float32)
         self.loss = cp.zeros(1, cp.float64)
         self.per = chunks_per_step(str(mc["update"]), int(mc.batch_size), data.chunk)
+        self.batch_chunks = max(1, int(mc.batch_size) // data.chunk)
+        self.denom = self.batch_chunks * data.chunk     # update=chunk: a chunk applies its share of a batch
         self.lr = float(mc.lr)
 
     def set_params(self, p: Params) -> None:
@@ -71,7 +73,9 @@ class FlowTrainer(_Base):
         self.smem = 4 * (nq * data.chunk * int(mc.replicas) + data.chunk + data.chunk * self.k
                          + defs["H"] * (1 + self.k) + 2)
         sm = ctx.device.sm_count if ctx.device else 132
-        self.max_grid = int(mc.blocks_per_sm) * sm
+        # in-flight chunks (update=chunk reads parameters up to that many chunk-steps stale): at most
+        # the persistent capacity, and no more than max(one mini-batch, 1/64 of the epoch's chunks)
+        self.max_grid = max(1, min(int(mc.blocks_per_sm) * sm, max(self.batch_chunks, data.n_chunks // 64)))
         self.threads = int(mc.threads)
         self.update = str(mc["update"])
         self.out_of_core = data.edge_bytes > budget_bytes
@@ -103,7 +107,7 @@ class FlowTrainer(_Base):
         start.record()
         if self.update == "chunk":
             self._launch(order_dev, len(order), self.dev, data.n, (self.w, self.v, self.b),
-                         -self.lr / (self.per * data.chunk))
+                         -self.lr / self.denom)
         else:
             for i in range(0, len(order), self.per):
                 cs = order[i:i + self.per]
@@ -180,7 +184,7 @@ class FlowTrainer(_Base):
             dev = {"cptr": cptr, "chot": chot, "fid": fid, "sid": sid, "val": val, "y": y}
             nloc = p["b"] - p["a"]
             if self.update == "chunk":
-                self._launch(o, nloc, dev, p["n"], (self.w, self.v, self.b), -self.lr / (self.per * data.chunk),
+                self._launch(o, nloc, dev, p["n"], (self.w, self.v, self.b), -self.lr / self.denom,
                              stream=feeder.compute_stream)
             else:
                 for j in range(0, nloc, self.per):

@@ -24,9 +24,7 @@ class CpuTrainer:
     def __init__(self, data: prep.WideData, mc, update: str):
         self.data, self.lr = data, float(mc.lr)
         self.per = ref.chunks_per_step(update, int(mc.batch_size), data.chunk)
-        self.denom = self.per * data.chunk if update == "chunk" else 0
-        if update == "chunk":
-            self.per = 1
+        self.denom = max(1, int(mc.batch_size) // data.chunk) * data.chunk if update == "chunk" else 0
 
     def set_params(self, p: ref.Params) -> None:
         self.p = p.astype(np.float64)
@@ -162,7 +160,7 @@ class WideModel(Model):
             floor_ms = data.edge_bytes / self.ctx.peaks.bandwidth() * 1e3
         for v, h in self.hist.items():
             r = {"variant": v, "kind": "ours" if v in self.ours else "baseline", "updates": semantics(v, self.update),
-                 "epochs": len(h["val_loss"]), "early_stop": bool(h["stopped_early"][0]),
+                 "epochs": len(h["val_loss"]), "early_stop": "yes" if h["stopped_early"][0] else "no",
                  "train_loss": h["train_loss"][-1], "val_loss": h["val_loss"][-1], "val_auc": h["val_auc"][-1],
                  "epoch_ms": med[v], "gpu_ms": gmed[v], "to_stop_s": h["time_s"][-1]}
             if "dloss" in h:

@@ -72,20 +72,24 @@ def loss_and_grad(X: sp.csr_matrix, y: np.ndarray, p: Params):
     return float(logloss(z, y).mean()), Params(gw, float(delta.mean()), gV), z
 
 
-def sgd_step(p: Params, g: Params, lr: float) -> None:
-    p.w -= lr * g.w
+def sgd_step(p: Params, g: Params, lr: float, cols: Optional[np.ndarray] = None) -> None:
+    if cols is None:
+        p.w -= lr * g.w
+        if p.V is not None:
+            p.V -= lr * g.V
+    else:
+        p.w[cols] -= lr * g.w
+        if p.V is not None:
+            p.V[cols] -= lr * g.V
     p.b -= lr * g.b
-    if p.V is not None:
-        p.V -= lr * g.V
 
 
-def steps(order: np.ndarray, chunk: int, n: int, per_step: int) -> List[np.ndarray]:
-    """Row index sets of the SGD steps of one epoch: ``per_step`` chunks at a time in ``order``."""
-    out = []
-    for i in range(0, len(order), per_step):
-        cs = order[i:i + per_step]
-        out.append(np.concatenate([np.arange(c * chunk, min((c + 1) * chunk, n)) for c in cs]))
-    return out
+def compact(X: sp.csr_matrix, p: Params):
+    """(X restricted to the columns it uses, those columns, p restricted to them): a step then costs
+    O(nnz + touched features), not O(d)."""
+    cols, inv = np.unique(X.indices, return_inverse=True)
+    Xc = sp.csr_matrix((X.data, inv.astype(np.int32), X.indptr), shape=(X.shape[0], len(cols)))
+    return Xc, cols, Params(p.w[cols], p.b, None if p.V is None else p.V[cols])
 
 
 def chunks_per_step(update: str, batch_size: int, chunk: int) -> int:
@@ -107,10 +111,11 @@ def train_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, order: np.ndarray, c
         else:
             rows = np.concatenate([np.arange(c * chunk, min((c + 1) * chunk, n)) for c in cs])
             Xb, yb = X[rows], y[rows]
-        loss, g, _ = loss_and_grad(Xb, yb, p)
+        Xc, cols, pc = compact(Xb, p)
+        loss, g, _ = loss_and_grad(Xc, yb, pc)
         total += loss * Xb.shape[0]
         cnt += Xb.shape[0]
-        sgd_step(p, g, lr * Xb.shape[0] / chunk_denom if chunk_denom else lr)
+        sgd_step(p, g, lr * Xb.shape[0] / chunk_denom if chunk_denom else lr, cols)
     return total / max(cnt, 1)
 
 

@@ -152,8 +152,10 @@ __device__ void radix_pass(const unsigned* hi, const unsigned* lo, unsigned base
                 if ((w & mask) == prefix) bin = (w >> shift) & 0xFFu;
             }
         }
-        const unsigned peers = __match_any_sync(0xFFFFFFFFu, bin);
-        if (bin < 256u && lane == __ffs(peers) - 1) atomicAdd(&s.hist[bin], (unsigned)__popc(peers));
+        if (__any_sync(0xFFFFFFFFu, bin < 256u)) {        // later passes: most warps have no match
+            const unsigned peers = __match_any_sync(0xFFFFFFFFu, bin);
+            if (bin < 256u && lane == __ffs(peers) - 1) atomicAdd(&s.hist[bin], (unsigned)__popc(peers));
+        }
     }
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -248,6 +250,7 @@ extern "C" __global__ void topn_radix(const float* __restrict__ X, int K, int N,
     const int cnt = max(0, min(chunk, K - c0));
     const float* row = X + (size_t)r * K + c0;
     float m = -INFINITY, d = 0.f;
+#pragma unroll 4
     for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
         const float x = row[i];
         online_add(m, d, x);

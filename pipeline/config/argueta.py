@@ -7,7 +7,7 @@ from pipeline.config import ModelConf, check_variants, is_pow2, require, store, 
 
 FEWHOT_VARIANTS = ["fewhot", "fewhot_vec", "cusparse", "dense_fp32", "cpu", "cpu_sparse", "cpu_dense"]
 TOPN_VARIANTS = ["topn_atomic", "topn_early_exit", "topn_split", "topn_radix",
-                 "softmax_topk", "torch_topk", "online_topk", "cpu", "cpu_sort"]
+                 "softmax_topk", "torch_topk", "online_topk", "online_topk_fixed", "cpu", "cpu_sort"]
 
 
 @dataclass

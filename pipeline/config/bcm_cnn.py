@@ -5,7 +5,7 @@ from typing import List
 from pipeline.config import ModelConf, is_pow2, require, store, validator
 
 DATASETS = ("cifar10", "mnist", "digits")
-BCM_VARIANTS = ("baseline", "o1", "o2", "fused", "tiled", "cgemm")
+BCM_VARIANTS = ("baseline", "o1", "o2", "fused", "tiled", "cgemm", "dft")
 CPU_VARIANTS = ("cpu", "cpu_fft")
 
 
@@ -25,7 +25,7 @@ class BcmCnnConf(ModelConf):
     augment: bool = True              # CIFAR-10 only: random 4-pixel-shift crops + horizontal flips
     train_limit: int = 0              # use the first N training images after shuffling (0: all)
     test_limit: int = 0               # evaluate on the first N test images (0: all)
-    eval_batch: int = 1000
+    eval_batch: int = 500
     min_accuracy: float = 0.0         # fail the run when a network's final test accuracy is below this
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+_TF32_MATH = 3   # CUBLAS_TF32_TENSOR_OP_MATH (cublas_api.h); not exported by every CuPy
 _ONE32 = np.ones(1, np.float32)
 _ZERO32 = np.zeros(1, np.float32)
 _ONE64C = np.ones(1, np.complex64)
@@ -20,7 +21,7 @@ def _handle(precision: str):
     from cupy_backends.cuda.libs import cublas
     h = cupy.cuda.device.get_cublas_handle()
     cublas.setStream(h, cupy.cuda.get_current_stream().ptr)
-    cublas.setMathMode(h, cublas.CUBLAS_TF32_TENSOR_OP_MATH if precision == "tf32" else cublas.CUBLAS_DEFAULT_MATH)
+    cublas.setMathMode(h, _TF32_MATH if precision == "tf32" else cublas.CUBLAS_DEFAULT_MATH)
     return h, cublas
 
 

@@ -22,7 +22,7 @@ TOPN_SMALL = dict(max_rows=4, vocab=1000)
 FEWHOT_GPU = ["fewhot", "fewhot_vec"]
 FEWHOT_GPU_BASE = ["cusparse", "dense_fp32"]
 TOPN_GPU = ["topn_atomic", "topn_early_exit", "topn_split", "topn_radix"]
-TOPN_GPU_BASE = ["softmax_topk", "torch_topk", "online_topk"]
+TOPN_GPU_BASE = ["softmax_topk", "torch_topk", "online_topk", "online_topk_fixed"]
 
 
 def _paper_col(gpu: str) -> str:

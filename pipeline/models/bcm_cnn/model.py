@@ -152,6 +152,10 @@ class BcmCnnModel(Model):
             if not math.isfinite(train_loss):
                 failure = f"{entry['tag']}: training loss became {train_loss} in epoch {epoch + 1} (lower model.lr)"
                 break
+        net.release()
+        if ctx.cuda:
+            import cupy
+            cupy.get_default_memory_pool().free_all_blocks()
         return {"net": net, "hist": hist, "failure": failure}
 
     def execute(self) -> None:

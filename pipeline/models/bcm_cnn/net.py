@@ -92,15 +92,18 @@ class GpuBcmCore:
     def __init__(self, p: int, q: int, k: int, variant: str):
         from pipeline.models.bcm.gpu import BcmLinear
         self.layer = BcmLinear(p, q, k, variant)
-        self.copy_out = variant == "baseline"     # its forward output is a persistent buffer
+        # these variants return the layer's persistent buffers: copy what outlives the next call
+        self.persistent = variant in ("baseline", "dft")
 
     def forward(self, x, w, b):
         a = self.layer.forward(x, w, b)
-        return a.copy() if self.copy_out else a
+        return a.copy() if self.persistent else a
 
     def backward(self, g, need_dx: bool):
         dw, dx, db = self.layer.backward(g)
-        return dw.copy(), dx, db.copy()           # dw/db may be the layer's persistent buffers
+        if self.persistent:
+            dx = dx.copy()
+        return dw.copy(), dx, db.copy()
 
 
 class CpuDenseCore:
@@ -114,6 +117,8 @@ class CpuDenseCore:
 
 
 class GpuDenseCore:
+    """cuBLAS through :class:`pipeline.models.bcm.gpu.DenseLinear` (always computes dx)."""
+
     def __init__(self, precision: str):
         self.precision = precision
         self.layer = None
@@ -125,13 +130,7 @@ class GpuDenseCore:
         return self.layer.forward(x, b)
 
     def backward(self, g, need_dx: bool):
-        if need_dx:
-            return self.layer.backward(g)
-        import cupy
-        from pipeline.gpu.peaks import matmul_precision
-        with matmul_precision(self.precision):
-            dW = cupy.matmul(g.T, self.layer.x)
-        return dW, None, g.sum(axis=0)
+        return self.layer.backward(g)
 
 
 # ------------------------------------------------------------------------------------ layers
@@ -249,6 +248,24 @@ class Net:
     def n_dense_weights(self) -> int:
         return sum(lin.n_dense_weights for lin in self.linears)
 
+    def release(self) -> None:
+        """Drop what the passes cached (activations, FFTs, the kernels' per-shape buffers) so that
+        a finished network keeps only its parameters on the device."""
+        self.cache = []
+        self.grads = []
+        self.velocity = {}
+        for lin in self.linears:
+            core = lin.core
+            if isinstance(core, GpuBcmCore):
+                core.layer._bufs.clear()
+                for attr in ("x", "w", "xf", "wf", "xt", "wt"):
+                    if hasattr(core.layer, attr):
+                        setattr(core.layer, attr, None)
+            elif isinstance(core, GpuDenseCore):
+                core.layer = None
+            else:
+                core.__dict__.pop("xf", None), core.__dict__.pop("wf", None), core.__dict__.pop("x", None)
+
     def describe(self) -> str:
         """e.g. 'conv27-64 relu conv576-64[BCM] ... fc1024-10' (im2col sizes for conv layers)."""
         parts = []
@@ -322,7 +339,7 @@ class Net:
                 cs = c
                 t0 = self.timer.start()
                 dW, dcols, db = lin.backward(g.reshape(cs.rows, cs.cout), need_dx=lin is not first)
-                g = self._col2im(dcols, cs) if dcols is not None else None
+                g = self._col2im(dcols, cs) if dcols is not None and lin is not first else None
                 self.timer.stop(t0)
                 grads[lin.name] = (dW, db)
             elif kind == "fc":

@@ -154,7 +154,7 @@ def test_configs_compose_and_validate(compose):
     c = compose(["experiment=argueta_table2"])
     validate(c)
     assert list(c.model.rows) == [1, 512, 1024] and len(c.model.top_n) == 9
-    assert c.model.paper["V100"]["online_topk"]["1"][0] == 3.56
+    assert c.model.paper["V100"]["online_topk_fixed"]["1"][0] == 3.56
 
 
 @pytest.mark.parametrize("overrides,culprit", [

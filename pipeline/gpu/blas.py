@@ -1,11 +1,13 @@
 """Direct cuBLAS GEMMs on CuPy arrays, on the current stream, capturable in a CUDA graph.
 
-CuPy's ``matmul`` refuses to run while a stream is being captured, so the dense baselines call
-cuBLAS here instead (same handle, same library). Row-major ``out = op(a) @ op(b)`` is computed as
+CuPy's ``matmul`` (and its cuBLAS wrappers) refuse to run while a stream is being captured, so the
+dense baselines call the cuBLAS library CuPy has loaded through ctypes, with CuPy's handle. Row-major ``out = op(a) @ op(b)`` is computed as
 the column-major ``out^T = op(b)^T op(a)^T``. ``precision``: ``fp32`` (strict) or ``tf32``
 (tensor cores, 10-bit mantissa operands).
 """
 from __future__ import annotations
+
+import ctypes
 
 import numpy as np
 
@@ -16,13 +18,46 @@ _ONE64C = np.ones(1, np.complex64)
 _ZERO64C = np.zeros(1, np.complex64)
 
 
+_lib = None
+OP_N, OP_T = 0, 1
+DEFAULT_MATH = 0
+
+
+def _cublas():
+    """The libcublas CuPy loaded (found in this process's memory map), as a ctypes library."""
+    global _lib
+    if _lib is None:
+        import cupy
+        cupy.cuda.device.get_cublas_handle()       # makes CuPy load and initialise cuBLAS
+        path = None
+        with open("/proc/self/maps") as f:
+            for line in f:
+                name = line.split()[-1]
+                if "/libcublas.so" in name:
+                    path = name
+                    break
+        _lib = ctypes.CDLL(path or "libcublas.so")
+        vp, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+        _lib.cublasSgemm_v2.argtypes = [vp, i, i, i, i, i, vp, vp, i, vp, i, vp, vp, i]
+        _lib.cublasCgemmStridedBatched.argtypes = [vp, i, i, i, i, i, vp, vp, i, ll, vp, i, ll, vp, vp, i, ll, i]
+        _lib.cublasSetStream_v2.argtypes = [vp, vp]
+        _lib.cublasSetMathMode.argtypes = [vp, i]
+    return _lib
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        from pipeline.errors import GpuError
+        raise GpuError(f"{what} failed with cuBLAS status {rc}")
+
+
 def _handle(precision: str):
     import cupy
-    from cupy_backends.cuda.libs import cublas
-    h = cupy.cuda.device.get_cublas_handle()
-    cublas.setStream(h, cupy.cuda.get_current_stream().ptr)
-    cublas.setMathMode(h, _TF32_MATH if precision == "tf32" else cublas.CUBLAS_DEFAULT_MATH)
-    return h, cublas
+    lib = _cublas()
+    h = ctypes.c_void_p(cupy.cuda.device.get_cublas_handle())
+    _check(lib.cublasSetStream_v2(h, ctypes.c_void_p(cupy.cuda.get_current_stream().ptr)), "cublasSetStream")
+    _check(lib.cublasSetMathMode(h, _TF32_MATH if precision == "tf32" else DEFAULT_MATH), "cublasSetMathMode")
+    return h, lib
 
 
 def _dims(a, b, trans_a: bool, trans_b: bool):
@@ -40,14 +75,13 @@ def sgemm(a, b, out, trans_a: bool = False, trans_b: bool = False, precision: st
     m, n, k = _dims(a, b, trans_a, trans_b)
     if out.shape != (m, n):
         raise ValueError(f"out has shape {out.shape}, expected {(m, n)}")
-    h, cublas = _handle(precision)
-    opa = cublas.CUBLAS_OP_T if trans_a else cublas.CUBLAS_OP_N
-    opb = cublas.CUBLAS_OP_T if trans_b else cublas.CUBLAS_OP_N
+    h, lib = _handle(precision)
     try:
-        cublas.sgemm(h, opb, opa, n, m, k, _ONE32.ctypes.data, b.data.ptr, b.shape[1], a.data.ptr, a.shape[1],
-                     _ZERO32.ctypes.data, out.data.ptr, n)
+        _check(lib.cublasSgemm_v2(h, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
+                                  _ONE32.ctypes.data, b.data.ptr, b.shape[1], a.data.ptr, a.shape[1],
+                                  _ZERO32.ctypes.data, out.data.ptr, n), "cublasSgemm")
     finally:
-        cublas.setMathMode(h, cublas.CUBLAS_DEFAULT_MATH)
+        lib.cublasSetMathMode(h, DEFAULT_MATH)
     return out
 
 
@@ -55,11 +89,9 @@ def cgemm_batched(a, b, out, trans_a: bool = False, trans_b: bool = False):
     """out[i] (m, n) complex64 = op(a[i]) @ op(b[i]) for C-contiguous 3-D CuPy arrays (strict fp32)."""
     m, n, k = _dims(a, b, trans_a, trans_b)
     batch = a.shape[0]
-    h, cublas = _handle("fp32")
-    opa = cublas.CUBLAS_OP_T if trans_a else cublas.CUBLAS_OP_N
-    opb = cublas.CUBLAS_OP_T if trans_b else cublas.CUBLAS_OP_N
-    cublas.cgemmStridedBatched(h, opb, opa, n, m, k, _ONE64C.ctypes.data,
-                               b.data.ptr, b.shape[2], b.shape[1] * b.shape[2],
-                               a.data.ptr, a.shape[2], a.shape[1] * a.shape[2],
-                               _ZERO64C.ctypes.data, out.data.ptr, n, m * n, batch)
+    h, lib = _handle("fp32")
+    _check(lib.cublasCgemmStridedBatched(h, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
+                                         _ONE64C.ctypes.data, b.data.ptr, b.shape[2], b.shape[1] * b.shape[2],
+                                         a.data.ptr, a.shape[2], a.shape[1] * a.shape[2],
+                                         _ZERO64C.ctypes.data, out.data.ptr, n, m * n, batch), "cublasCgemmStridedBatched")
     return out

@@ -300,26 +300,40 @@ __global__ void bcm_col2im(const float* __restrict__ cols, float* __restrict__ x
 }  // extern "C"
 
 // ======================================================================================
-// Beyond the paper, "dft": the whole layer in four launches, no cuFFT.
-//   bcm_dft_rows      real DFT (R2C) of up to three row sets in one launch (x and w, or g)
+// Beyond the paper, "dft": the layer in six launches (three forward, three backward), no cuFFT.
+//   bcm_dft_rows      real DFT (R2C) of up to three row sets in one launch (x and w, or g); the
+//                     same launch zeroes the accumulators of the product that follows
 //   bcm_dft_product   one or two products (forward; or weight + input gradient) in one launch:
-//                     the tiled complex product over all k' frequencies, then an inverse DFT of the
-//                     16x16 output tile in shared memory, bias added (forward) or the bias gradient
-//                     accumulated from the staged FFT(G) tiles (weight-gradient pass), written as
-//                     real outputs. Direct DFTs cost O(k^2) per row but for k <= 64 they are cheap
-//                     next to the products, and they remove every intermediate launch.
+//                     16x16 (u, v) tiles over all k' frequencies, split over s, register-prefetched
+//                     shared-memory stages, partial sums added atomically; the weight-gradient pass
+//                     also sums its staged FFT(G) tiles into the bias gradient's spectrum
+//   bcm_idft_rows     inverse real DFT (C2R, 1/k) of up to three row sets, bias added
+// Direct DFTs cost O(k^2) per row; for k <= 64 they are cheap next to the products and they remove
+// the FFT library's launches and the intermediate passes over memory.
 // ======================================================================================
 
 #define DFT_ROWS 32
 
-// out_seg[r, f] = sum_t in_seg[r, t] * exp(-2 pi i f t / K), f < KF = K/2+1.
-// grid (ceil(max rows / DFT_ROWS), nseg), block 256; dynamic smem: DFT_ROWS*K floats + K float2.
+__device__ __forceinline__ void zero_span(float* p, long long n, long long gtid, long long gstride)
+{
+    if (!p) return;
+    for (long long i = gtid; i < n; i += gstride) p[i] = 0.f;
+}
+
+// out_seg[r, f] = sum_t in_seg[r, t] * exp(-2 pi i f t / K), f < KF = K/2+1; zero z0..z2 (float counts).
+// grid (ceil(max rows / DFT_ROWS), 3), block 256; dynamic smem: DFT_ROWS*K floats + K float2.
 extern "C" __global__ void bcm_dft_rows(const float* __restrict__ in0, float2* __restrict__ out0, int rows0,
                                         const float* __restrict__ in1, float2* __restrict__ out1, int rows1,
                                         const float* __restrict__ in2, float2* __restrict__ out2, int rows2,
+                                        float* z0, long long zn0, float* z1, long long zn1, float* z2, long long zn2,
                                         int K, int KF)
 {
     extern __shared__ float dsm[];
+    long long gstride = (long long)gridDim.x * gridDim.y * blockDim.x;
+    long long gtid = ((long long)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+    zero_span(z0, zn0, gtid, gstride);
+    zero_span(z1, zn1, gtid, gstride);
+    zero_span(z2, zn2, gtid, gstride);
     float2* tw = reinterpret_cast<float2*>(dsm);      // K twiddles exp(-2 pi i m / K)
     float* xs = dsm + 2 * K;                          // [DFT_ROWS][K]
     const float* in; float2* out; int rows;
@@ -350,39 +364,102 @@ extern "C" __global__ void bcm_dft_rows(const float* __restrict__ in0, float2* _
     }
 }
 
+// out_seg[r, t] = (1/K) irfft(R_seg[r, :])[t] + bias_seg[(r % bmod_seg) * K + t] (bias optional).
+// grid (ceil(max rows / DFT_ROWS), 3), block 256; dynamic smem: DFT_ROWS*KF float2 + K float2.
+extern "C" __global__ void bcm_idft_rows(const float2* __restrict__ R0, float* __restrict__ out0, int rows0,
+                                         const float* __restrict__ bias0, int bmod0,
+                                         const float2* __restrict__ R1, float* __restrict__ out1, int rows1,
+                                         const float* __restrict__ bias1, int bmod1,
+                                         const float2* __restrict__ R2, float* __restrict__ out2, int rows2,
+                                         const float* __restrict__ bias2, int bmod2, int K, int KF)
+{
+    extern __shared__ float2 ism[];
+    float2* tw = ism;                 // K twiddles exp(+2 pi i m / K)
+    float2* rs = ism + K;             // [DFT_ROWS][KF]
+    const float2* R; float* out; int rows; const float* bias; int bmod;
+    if (blockIdx.y == 0) { R = R0; out = out0; rows = rows0; bias = bias0; bmod = bmod0; }
+    else if (blockIdx.y == 1) { R = R1; out = out1; rows = rows1; bias = bias1; bmod = bmod1; }
+    else { R = R2; out = out2; rows = rows2; bias = bias2; bmod = bmod2; }
+    int r0 = blockIdx.x * DFT_ROWS;
+    if (r0 >= rows) return;
+    int nr = min(DFT_ROWS, rows - r0);
+    for (int m = threadIdx.x; m < K; m += blockDim.x) {
+        float s, c;
+        sincospif(2.0f * (float)m / (float)K, &s, &c);
+        tw[m] = make_float2(c, s);
+    }
+    for (int i = threadIdx.x; i < nr * KF; i += blockDim.x) rs[i] = R[(size_t)r0 * KF + i];
+    __syncthreads();
+    const float inv_k = 1.0f / (float)K;
+    const int half = K / 2;
+    for (int i = threadIdx.x; i < nr * K; i += blockDim.x) {
+        int r = i / K, t = i - (i / K) * K;
+        const float2* X = rs + r * KF;
+        float acc = 0.f;
+        #pragma unroll 4
+        for (int f = 1; f < half; ++f) {
+            float2 w = tw[(f * t) & (K - 1)];
+            acc = fmaf(X[f].x, w.x, fmaf(-X[f].y, w.y, acc));
+        }
+        float y = (X[0].x + X[half].x * ((t & 1) ? -1.f : 1.f) + 2.f * acc) * inv_k;
+        if (bias) y += bias[(size_t)((r0 + r) % bmod) * K + t];
+        out[(size_t)r0 * K + i] = y;
+    }
+}
+
 struct DftPass {
-    const float2* A; const float2* B; float* out; float* extra;
-    int U, V, S, au, as, bv, bs, conj, mode;   // mode 1: out += bias (extra); mode 2: extra = sum_s A (db)
+    const float2* A; const float2* B; float2* R; float2* D;
+    int U, V, S, au, as, bv, bs, conj, SC;
 };
 
-// grid (tiles0 + tiles1); block KF*16; dynamic smem: max(2*16*TS*KF, (16*16 + 16)*KF) float2 + K float2.
+__device__ __forceinline__ void dft_load(const DftPass& P, int u0, int v0, int s0, int s_end, int KF, int tid,
+                                         int nthreads, float2 (&pa)[4], float2 (&pb)[4])
+{
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        int idx = tid + r * nthreads;          // < TILE * TS * KF since nthreads == 16 * KF
+        int ff = idx % KF;
+        int ss = (idx / KF) % TS;
+        int rr = idx / (KF * TS);
+        int s = s0 + ss;
+        int u = u0 + rr, v = v0 + rr;
+        pa[r] = (u < P.U && s < s_end) ? __ldg(&P.A[(size_t)u * P.au + (size_t)s * P.as + ff]) : make_float2(0.f, 0.f);
+        pb[r] = (v < P.V && s < s_end) ? __ldg(&P.B[(size_t)v * P.bv + (size_t)s * P.bs + ff]) : make_float2(0.f, 0.f);
+    }
+}
+
+// grid (tiles0*split0 + tiles1*split1); block KF*16 (= 16 groups of 4x4 (u, v) per frequency);
+// dynamic smem 2*TILE*TS*KF float2. R (and D) must be zero; partial sums are added atomically.
 extern "C" __global__ void __launch_bounds__(544)
-bcm_dft_product(const float2* A0, const float2* B0, float* O0, float* X0, int U0, int V0, int S0,
-                int au0, int as0, int bv0, int bs0, int cj0, int mode0,
-                const float2* A1, const float2* B1, float* O1, float* X1, int U1, int V1, int S1,
-                int au1, int as1, int bv1, int bs1, int cj1, int mode1,
-                int K, int KF, int tiles0)
+bcm_dft_product(const float2* A0, const float2* B0, float2* R0, float2* D0, int U0, int V0, int S0,
+                int au0, int as0, int bv0, int bs0, int cj0, int SC0,
+                const float2* A1, const float2* B1, float2* R1, float2* D1, int U1, int V1, int S1,
+                int au1, int as1, int bv1, int bs1, int cj1, int SC1,
+                int KF, int tiles0, int nblocks0)
 {
     extern __shared__ float2 psm[];
     DftPass P;
-    int tile = blockIdx.x;
-    if (tile < tiles0) {
-        P = {A0, B0, O0, X0, U0, V0, S0, au0, as0, bv0, bs0, cj0, mode0};
+    int b = blockIdx.x, tiles;
+    if (b < nblocks0) {
+        P = {A0, B0, R0, D0, U0, V0, S0, au0, as0, bv0, bs0, cj0, SC0};
+        tiles = tiles0;
     } else {
-        tile -= tiles0;
-        P = {A1, B1, O1, X1, U1, V1, S1, au1, as1, bv1, bs1, cj1, mode1};
+        b -= nblocks0;
+        P = {A1, B1, R1, D1, U1, V1, S1, au1, as1, bv1, bs1, cj1, SC1};
+        tiles = ((U1 + TILE - 1) / TILE) * ((V1 + TILE - 1) / TILE);
     }
+    const int tile = b % tiles, z = b / tiles;
     const int nvt = (P.V + TILE - 1) / TILE;
     const int u0 = (tile / nvt) * TILE, v0 = (tile % nvt) * TILE;
+    const int s_begin = z * P.SC, s_end = min(P.S, s_begin + P.SC);
     float2* sA = psm;                        // [TILE][TS][KF]
     float2* sB = psm + TILE * TS * KF;
-    const int tid = threadIdx.x;
+    const int tid = threadIdx.x, nthreads = blockDim.x;
     const int f = tid % KF;
     const int g = tid / KF;
     const int ug = g / (TILE / REG), vg = g % (TILE / REG);
     const bool cj = P.conj != 0;
-    const bool do_db = P.mode == 2 && v0 == 0 && vg == 0;
-    const int tile_elems = TILE * TS * KF;
+    const bool do_db = P.D != nullptr && v0 == 0 && vg == 0;
 
     float2 acc[REG][REG];
     float2 dbacc[REG];
@@ -392,17 +469,13 @@ bcm_dft_product(const float2* A0, const float2* B0, float* O0, float* X0, int U0
         #pragma unroll
         for (int j = 0; j < REG; ++j) acc[i][j] = make_float2(0.f, 0.f);
     }
-    for (int s0 = 0; s0 < P.S; s0 += TS) {
-        for (int idx = tid; idx < tile_elems; idx += blockDim.x) {
-            int ff = idx % KF;
-            int ss = (idx / KF) % TS;
-            int rr = idx / (KF * TS);
-            int s = s0 + ss;
-            int u = u0 + rr, v = v0 + rr;
-            sA[idx] = (u < P.U && s < P.S) ? P.A[(size_t)u * P.au + (size_t)s * P.as + ff] : make_float2(0.f, 0.f);
-            sB[idx] = (v < P.V && s < P.S) ? P.B[(size_t)v * P.bv + (size_t)s * P.bs + ff] : make_float2(0.f, 0.f);
-        }
+    float2 pa[4], pb[4];
+    if (s_begin < s_end) dft_load(P, u0, v0, s_begin, s_end, KF, tid, nthreads, pa, pb);
+    for (int s0 = s_begin; s0 < s_end; s0 += TS) {
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) { sA[tid + r * nthreads] = pa[r]; sB[tid + r * nthreads] = pb[r]; }
         __syncthreads();
+        if (s0 + TS < s_end) dft_load(P, u0, v0, s0 + TS, s_end, KF, tid, nthreads, pa, pb);   // in flight
         #pragma unroll
         for (int ss = 0; ss < TS; ++ss) {
             float2 ra[REG], rb[REG];
@@ -421,54 +494,21 @@ bcm_dft_product(const float2* A0, const float2* B0, float* O0, float* X0, int U0
         }
         __syncthreads();
     }
-    // Epilogue: the frequency tile to shared memory, then the inverse real DFT of each (u, v) row.
-    float2* sR = psm;                                     // [TILE*TILE][KF]
-    float2* sD = psm + TILE * TILE * KF;                  // [TILE][KF]   (bias-gradient rows)
-    float2* tw = psm + (TILE * TILE + TILE) * KF;         // [K]  exp(+2 pi i m / K)
     #pragma unroll
     for (int i = 0; i < REG; ++i) {
-        #pragma unroll
-        for (int j = 0; j < REG; ++j) sR[((ug * REG + i) * TILE + vg * REG + j) * KF + f] = acc[i][j];
-        if (do_db) sD[(ug * REG + i) * KF + f] = dbacc[i];
-    }
-    for (int m = tid; m < K; m += blockDim.x) {
-        float s, c;
-        sincospif(2.0f * (float)m / (float)K, &s, &c);
-        tw[m] = make_float2(c, s);
-    }
-    __syncthreads();
-    const float inv_k = 1.0f / (float)K;
-    const int half = K / 2;
-    for (int idx = tid; idx < TILE * TILE * K; idx += blockDim.x) {
-        int t = idx % K;
-        int uv = idx / K;
-        int uu = uv / TILE, vv = uv % TILE;
-        int u = u0 + uu, v = v0 + vv;
-        if (u >= P.U || v >= P.V) continue;
-        const float2* R = sR + uv * KF;
-        float y = R[0].x + R[half].x * ((t & 1) ? -1.f : 1.f);
-        float acc2 = 0.f;
-        for (int ff = 1; ff < half; ++ff) {
-            float2 w = tw[(ff * t) & (K - 1)];
-            acc2 = fmaf(R[ff].x, w.x, fmaf(-R[ff].y, w.y, acc2));
+        int u = u0 + ug * REG + i;
+        if (u >= P.U) continue;
+        if (do_db) {
+            atomicAdd(&P.D[(size_t)u * KF + f].x, dbacc[i].x);
+            atomicAdd(&P.D[(size_t)u * KF + f].y, dbacc[i].y);
         }
-        y = (y + 2.f * acc2) * inv_k;
-        size_t o = (size_t)u * P.V * K + (size_t)v * K + t;
-        if (P.mode == 1) y += P.extra[(size_t)v * K + t];
-        P.out[o] = y;
-    }
-    if (P.mode == 2 && v0 == 0) {
-        for (int idx = tid; idx < TILE * K; idx += blockDim.x) {
-            int t = idx % K, uu = idx / K, u = u0 + uu;
-            if (u >= P.U) continue;
-            const float2* R = sD + uu * KF;
-            float y = R[0].x + R[half].x * ((t & 1) ? -1.f : 1.f);
-            float acc2 = 0.f;
-            for (int ff = 1; ff < half; ++ff) {
-                float2 w = tw[(ff * t) & (K - 1)];
-                acc2 = fmaf(R[ff].x, w.x, fmaf(-R[ff].y, w.y, acc2));
-            }
-            P.extra[(size_t)u * K + t] = (y + 2.f * acc2) * inv_k;
+        #pragma unroll
+        for (int j = 0; j < REG; ++j) {
+            int v = v0 + vg * REG + j;
+            if (v >= P.V) continue;
+            float2* out = P.R + ((size_t)u * P.V + v) * KF + f;
+            atomicAdd(&out->x, acc[i][j].x);
+            atomicAdd(&out->y, acc[i][j].y);
         }
     }
 }

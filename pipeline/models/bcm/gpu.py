@@ -39,7 +39,8 @@ def _k(name: str):
         "bcm_bias_grad": "PPii",
         "bcm_im2col": "PPiiiiiiiiii",
         "bcm_col2im": "PPiiiiiiiiii",
-        "bcm_dft_rows": "PPiPPiPPiii",
+        "bcm_dft_rows": "PPiPPiPPiPqPqPqii",
+        "bcm_idft_rows": "PPiPi" * 3 + "ii",
         "bcm_dft_product": "PPPPiiiiiiiii" * 2 + "iii",
     }[name]
     return _mod().kernel(name, sig)
@@ -164,9 +165,10 @@ class BcmLinear:
                            i32(P.S), i32(k))
         return out
 
-    # ------------------------------------------------------------- "dft": four launches in all
-    def _dft_rows(self, *segs):
-        """Real DFT of up to three (input (rows, k) float32, output (rows, k') complex64) pairs."""
+    # ------------------------------------------------------------- "dft": six launches in all
+    def _dft_rows(self, segs, zero=()):
+        """Real DFT of up to three (input (rows, k) float32, output (rows, k') complex64) pairs;
+        the same launch zeroes the arrays in ``zero`` (the next product's accumulators)."""
         k, kf = self.k, self.kf
         args, rows_max = [], 0
         for i in range(3):
@@ -177,43 +179,74 @@ class BcmLinear:
                 rows_max = max(rows_max, rows)
             else:
                 args += [0, 0, np.int32(0)]
+        for i in range(3):
+            z = zero[i] if i < len(zero) else None
+            args += [z if z is not None else 0, np.int64(z.size * (2 if z.dtype.kind == "c" else 1) if z is not None else 0)]
         _k("bcm_dft_rows")((_cdiv(rows_max, 32), len(segs)), (256,), *args, np.int32(k), np.int32(kf),
                            shared=(32 * k + 2 * k) * 4)
 
-    def _dft_product(self, *specs):
-        """specs: (Pass, A, B, out, extra, mode) for one or two passes, one launch."""
+    def _idft_rows(self, segs):
+        """segs: (R (rows, k') complex64, out (rows, k) float32, bias or None, bias row modulus)."""
         k, kf = self.k, self.kf
-        args, tiles = [], []
+        args, rows_max = [], 0
+        for i in range(3):
+            if i < len(segs):
+                R, out, bias, bmod = segs[i]
+                rows = R.size // kf
+                args += [R, out, np.int32(rows), bias if bias is not None else 0, np.int32(bmod)]
+                rows_max = max(rows_max, rows)
+            else:
+                args += [0, 0, np.int32(0), 0, np.int32(1)]
+        _k("bcm_idft_rows")((_cdiv(rows_max, 32), len(segs)), (256,), *args, np.int32(k), np.int32(kf),
+                            shared=(32 * kf + k) * 8)
+
+    def _dft_product(self, *specs):
+        """specs: (Pass, A, B, R, D) for one or two passes, one launch; R (and D) zeroed before."""
+        kf = self.kf
+        args, tiles, blocks = [], [], []
+        total_tiles = sum(_cdiv(P.U, 16) * _cdiv(P.V, 16) for P, *_ in specs)
         for i in range(2):
             if i < len(specs):
-                P, A, B, out, extra, mode = specs[i]
-                tiles.append(_cdiv(P.U, 16) * _cdiv(P.V, 16))
-                args += [A, B, out, extra if extra is not None else 0] + [np.int32(v) for v in
-                         (P.U, P.V, P.S, P.au, P.as_, P.bv, P.bs, P.conj, mode)]
+                P, A, B, R, D = specs[i]
+                t = _cdiv(P.U, 16) * _cdiv(P.V, 16)
+                split = max(1, min(_cdiv(3 * self.sms, total_tiles), P.S // 16))
+                sc = _cdiv(_cdiv(P.S, split), 4) * 4
+                split = _cdiv(P.S, sc)
+                tiles.append(t)
+                blocks.append(t * split)
+                args += [A, B, R, D if D is not None else 0] + [np.int32(v) for v in
+                         (P.U, P.V, P.S, P.au, P.as_, P.bv, P.bs, P.conj, sc)]
             else:
                 tiles.append(0)
-                args += [0, 0, 0, 0] + [np.int32(0)] * 9
-        _k("bcm_dft_product")((tiles[0] + tiles[1],), (kf * 16,), *args, np.int32(k), np.int32(kf),
-                              np.int32(tiles[0]), shared=((16 * 16 + 16) * kf + k) * 8)
+                blocks.append(0)
+                args += [0, 0, 0, 0] + [np.int32(0)] * 8 + [np.int32(4)]
+        _k("bcm_dft_product")((blocks[0] + blocks[1],), (kf * 16,), *args, np.int32(kf), np.int32(tiles[0]),
+                              np.int32(blocks[0]), shared=2 * 16 * 4 * kf * 8)
 
     def _forward_dft(self, x, w, bias):
         n, p, q, k, kf = self.n, self.p, self.q, self.k, self.kf
         self.xf = self._buf("xf", (n, q, kf), np.complex64)
         self.wf = self._buf("wf", (p, q, kf), np.complex64)
-        self._dft_rows((x, self.xf), (w, self.wf))
+        R = self._buf("R_fwd", (n, p, kf), np.complex64)
+        self._dft_rows([(x, self.xf), (w, self.wf)], zero=[R])
+        self._dft_product((passes(n, p, q, kf)["fwd"], self.xf, self.wf, R, None))
         a = self._buf("a", (n, p * k), np.float32)
-        self._dft_product((passes(n, p, q, kf)["fwd"], self.xf, self.wf, a, bias, 1))
+        self._idft_rows([(R, a, bias, p)])
         return a
 
     def _backward_dft(self, g):
         n, p, q, k, kf = self.n, self.p, self.q, self.k, self.kf
         gf = self._buf("gf", (n, p, kf), np.complex64)
-        self._dft_rows((g, gf))
+        Rw = self._buf("R_dw", (p, q, kf), np.complex64)
+        Rx = self._buf("R_dx", (n, q, kf), np.complex64)
+        Rb = self._buf("R_db", (p, kf), np.complex64)
+        self._dft_rows([(g, gf)], zero=[Rw, Rx, Rb])
         ps = passes(n, p, q, kf)
+        self._dft_product((ps["dw"], gf, self.xf, Rw, Rb), (ps["dx"], gf, self.wf, Rx, None))
         dw = self._buf("dw", (p, q, k), np.float32)
         dx = self._buf("dx", (n, q * k), np.float32)
         db = self._buf("db", (p * k,), np.float32)
-        self._dft_product((ps["dw"], gf, self.xf, dw, db, 2), (ps["dx"], gf, self.wf, dx, None, 0))
+        self._idft_rows([(Rw, dw, None, 1), (Rx, dx, None, 1), (Rb, db, None, 1)])
         return dw, dx, db
 
     def _reverse(self, x, rows: int):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -65,7 +66,13 @@ def one_line(e: BaseException) -> str:
         (" " + ", ".join(options) if options else "")
 
 
+def _terminated(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> None:
+    # SIGTERM (timeout, a batch system, kill) ends the run like Ctrl-C: MLflow marks it KILLED
+    signal.signal(signal.SIGTERM, _terminated)
     full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"   # let exceptions reach us; we print them
     try:

@@ -79,3 +79,38 @@ def test_multirun_with_a_failing_job_ends_parent_failed(cli, tmp_path):
     assert parent.info.status == "FAILED"
     child = next(x for x in runs if x.data.tags.get("mlflow.parentRunId") == parent.info.run_id)
     assert child.info.status == "FINISHED"
+
+
+def test_sigterm_marks_run_killed(tmp_path, mlflow_template):
+    """A job stopped by SIGTERM (timeout, kill) ends KILLED in MLflow, not RUNNING."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    ROOT = Path(__file__).resolve().parents[1]
+    shutil.copy(mlflow_template, tmp_path / "mlflow.db")
+    cmd = [sys.executable, "-m", "pipeline", f"tracking.dir={tmp_path}", "progress=false",
+           f"hydra.run.dir={tmp_path}/run", "model=bcm", "backend=cpu", "block_size=16",
+           "bench.min_time_ms=600000", "bench.max_repeats=100000000"]
+    p = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None:
+            runs = _runs(tmp_path)
+            if runs and runs[0].info.status == "RUNNING" and "backend" in runs[0].data.tags:
+                break
+            time.sleep(0.5)
+        assert p.poll() is None, p.communicate()
+        time.sleep(0.5)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    assert "error: interrupted" in err
+    [run] = _runs(tmp_path)
+    assert run.info.status == "KILLED"

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 KERNELS = sorted(p.stem for p in (CONF / "kernel").glob("*.yaml"))
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
 
 def _bcm_variants():
@@ -50,6 +51,14 @@ def test_every_model_composes_with_its_defaults(compose, model):
 def test_every_model_has_default_dataset_and_kernel_files(model):
     assert (CONF / "dataset" / f"{model}_default.yaml").is_file()
     assert (CONF / "kernel" / f"{model}_default.yaml").is_file()
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes_on_its_own(compose, experiment):
+    """`python -m pipeline experiment=<name>` works as typed: the file picks its model."""
+    cfg = compose([f"experiment={experiment}"])
+    OmegaConf.to_container(cfg, resolve=True)
+    validate(cfg)
 
 
 @pytest.mark.parametrize("stem", KERNELS)

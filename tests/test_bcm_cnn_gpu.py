@@ -26,7 +26,7 @@ def _pair(variant, bcm=True, k=16):
     for lc, lg in zip(cpu.linears, gpu.linears):
         b = (0.1 * rng.standard_normal(lc.b.shape)).astype(np.float32)
         lc.b[...] = b
-        lg.b[...] = lg.xp.asarray(b)
+        lg.b[...] = gpu.xp.asarray(b)
         np.testing.assert_array_equal(lc.W.astype(np.float32), lg.W.get())
     return cpu, gpu
 

@@ -47,7 +47,7 @@ def test_cuda_backend_without_gpu_fails_cleanly(cli, tmp_path):
 
 
 def test_multirun_parent_and_children(cli, tmp_path):
-    r = cli("-m", "model=bcm", "block_size=16,32", "bench.min_repeats=2", "bench.min_time_ms=1",
+    r = cli("-m", "model=bcm", "backend=cpu", "block_size=16,32", "bench.min_repeats=2", "bench.min_time_ms=1",
             fresh_store=True)   # the sweep creates the store before its jobs start
     assert r.returncode == 0, r.stderr
     assert "sweep summary" in r.stderr, r.stderr
@@ -70,7 +70,7 @@ def test_multirun_parent_and_children(cli, tmp_path):
 
 
 def test_multirun_with_a_failing_job_ends_parent_failed(cli, tmp_path):
-    r = cli("-m", "model=bcm", "block_size=16,48", "bench.min_repeats=2", "bench.min_time_ms=1")
+    r = cli("-m", "model=bcm", "backend=cpu", "block_size=16,48", "bench.min_repeats=2", "bench.min_time_ms=1")
     assert r.returncode != 0
     assert any(ln.startswith("error: block_size=48") for ln in r.stderr.splitlines()), r.stderr
     runs = _runs(tmp_path)

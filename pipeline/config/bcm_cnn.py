@@ -41,6 +41,9 @@ def _check(cfg) -> None:
     require(cfg.dataset.name in DATASETS, "dataset", cfg.dataset.name, f"one of {', '.join(DATASETS)} for model=bcm_cnn")
     require(cfg.kernel.name in BCM_VARIANTS + CPU_VARIANTS, "kernel", cfg.kernel.name,
             f"one of {', '.join(BCM_VARIANTS + CPU_VARIANTS)} for model=bcm_cnn")
+    for v in m.variants:
+        require(v in BCM_VARIANTS + CPU_VARIANTS, "model.variants", v,
+                f"one of {', '.join(BCM_VARIANTS + CPU_VARIANTS)} for model=bcm_cnn")
     require(m.batch_size > 0, "model.batch_size", m.batch_size, "a positive integer")
     require(m.epochs > 0, "model.epochs", m.epochs, "a positive integer")
     require(m.precision in ("fp32", "tf32"), "model.precision", m.precision, "fp32 or tf32")

@@ -47,14 +47,19 @@ class BcmCnnModel(Model):
     def prepare(self) -> None:
         cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
         self.dataset = str(cfg.dataset.name)
-        variant = str(cfg.kernel.name)
-        if ctx.cuda and variant not in BCM_VARIANTS:
-            ctx.notice(f"kernel={variant} is a CPU variant; on the GPU the BCM layers run the tiled kernels")
-            variant = "tiled"
-        elif not ctx.cuda and variant not in self.CPU_VARIANTS:
-            ctx.notice(f"CPU backend: kernel={variant} needs a GPU; the BCM layers run the NumPy FFT reference "
-                       f"and the dense layers NumPy matmuls")
-        self.variant = variant
+        asked = [str(v) for v in m.variants] or [str(cfg.kernel.name)]
+        if ctx.cuda:
+            gpu_only = [v for v in asked if v in BCM_VARIANTS]
+            if len(gpu_only) < len(asked):
+                ctx.notice(f"{[v for v in asked if v not in BCM_VARIANTS]} are CPU variants; on the GPU the BCM "
+                           f"layers run {gpu_only or ['tiled']}")
+            variants = gpu_only or ["tiled"]
+        else:
+            if any(v not in self.CPU_VARIANTS for v in asked):
+                ctx.notice(f"CPU backend: kernel={','.join(asked)} needs a GPU; the BCM layers run the NumPy FFT "
+                           f"reference and the dense layers NumPy matmuls")
+            variants = ["cpu_fft"]
+        self.variants = list(dict.fromkeys(variants))
         self.train, self.test = datasets.load(cfg, self.dataset, ctx.size, int(cfg.seed))
         self.spec = ARCHS[self.dataset]
         self.input_shape = tuple(self.train.x.shape[1:])
@@ -63,7 +68,9 @@ class BcmCnnModel(Model):
         if m.dense_baseline:
             self.nets.append({"tag": "dense", "k": None, "bcm": False})
         if m.bcm:
-            self.nets += [{"tag": f"bcm_k{k}", "k": k, "bcm": True} for k in ks]
+            many = len(self.variants) > 1
+            self.nets += [{"tag": f"bcm_k{k}" + (f"_{v}" if many else ""), "k": k, "bcm": True, "variant": v}
+                          for v in self.variants for k in ks]
         ctx.notice(f"bcm_cnn on {self.dataset}: {len(self.train.y)} training / {len(self.test.y)} test images, "
                    f"{int(m.epochs)} epoch(s), batch {int(m.batch_size)}; networks: "
                    f"{', '.join(n['tag'] for n in self.nets)}")
@@ -76,7 +83,8 @@ class BcmCnnModel(Model):
     # ---------------------------------------------------------------------------------- execute
     def _build(self, entry) -> Net:
         k = entry["k"] or 1
-        net = Net(self.spec, self.input_shape, entry["bcm"], k, cuda=self.ctx.cuda, variant=self.variant,
+        net = Net(self.spec, self.input_shape, entry["bcm"], k, cuda=self.ctx.cuda,
+                  variant=entry.get("variant") or "tiled",
                   precision=str(self.cfg.model.precision))
         net.init(int(self.cfg.seed))
         return net
@@ -208,7 +216,7 @@ class BcmCnnModel(Model):
                 self.layer_errors[tag] = errs
                 for name, e in errs.items():
                     if not e <= tol:
-                        self.failures.append(f"{tag}: BCM layer {name} ({self.variant}) differs from the float64 "
+                        self.failures.append(f"{tag}: BCM layer {name} ({r['variant']}) differs from the float64 "
                                              f"reference by {e:.2e} > tolerance {tol:g}")
             acc = r["hist"]["test_acc"][-1] if r["hist"]["test_acc"] else float("nan")
             if not acc >= float(self.cfg.model.min_accuracy):
@@ -233,7 +241,7 @@ class BcmCnnModel(Model):
             h, net = r["hist"], r["net"]
             acc = h["test_acc"][-1] if h["test_acc"] else float("nan")
             if self.ctx.cuda:
-                impl = self.variant if r["bcm"] else f"cublas_{self.cfg.model.precision}"
+                impl = r["variant"] if r["bcm"] else f"cublas_{self.cfg.model.precision}"
             else:
                 impl = "numpy_fft" if r["bcm"] else "numpy"
             row = {"network": tag, "k": r["k"] or "-", "variant": impl,

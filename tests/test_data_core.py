@@ -34,6 +34,12 @@ def test_find_error_names_places_and_fix(tmp_path):
     assert "data_dir=" in msg and "PIPELINE_DATA_DIR" in msg and "(the XYZ files)" in msg
 
 
+def test_find_error_names_each_place_once():
+    with pytest.raises(DataError) as e:
+        paths.find(OmegaConf.create({"data_dir": str(paths.SHIPPED)}), "no-such-set")
+    assert str(e.value).count(str(paths.SHIPPED / "no-such-set")) == 1
+
+
 def test_find_falls_back_to_shipped(tmp_path, monkeypatch):
     shipped = tmp_path / "shipped"
     (shipped / "toy").mkdir(parents=True)

@@ -15,6 +15,8 @@ def find(cfg, name: str, hint: str = "") -> Path:
     tried = []
     for root in (Path(str(cfg.data_dir)), SHIPPED):
         p = root / name
+        if str(p) in tried:      # data_dir defaults to the shipped folder
+            continue
         tried.append(str(p))
         if p.is_dir():
             return p

@@ -33,6 +33,11 @@ def test_main_command_on_cpu(cli, tmp_path):
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     assert runs[0].data.params["block_size"] == "64"
     assert runs[0].data.tags["backend"] == "cpu"
+    assert "summary/objective" in runs[0].data.metrics
+    from mlflow.tracking import MlflowClient
+    arts = {a.path for a in MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").list_artifacts(runs[0].info.run_id)}
+    assert {"config.yaml", "results.csv", "results.md", "hydra"} <= arts, arts
+    assert any(a.endswith(".png") for a in arts), arts
 
 
 def test_cuda_backend_without_gpu_fails_cleanly(cli, tmp_path):

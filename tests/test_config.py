@@ -23,6 +23,21 @@ def _bcm_variants():
     return BcmModel.GPU_VARIANTS + BcmModel.CPU_VARIANTS
 
 
+def composed(compose, overrides, what):
+    """compose(overrides), failing the test with Hydra's message condensed to one line."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pipeline.app import one_line
+    try:
+        cfg = compose(overrides)
+        OmegaConf.to_container(cfg, resolve=True)   # every interpolation resolves
+        return cfg
+    except (HydraException, OmegaConfBaseException) as e:
+        msg = one_line(e)
+    pytest.fail(f"{what} does not compose ({' '.join(overrides)}): {msg}", pytrace=False)
+
+
 def _kernel_name(stem: str) -> str:
     return yaml.safe_load((CONF / "kernel" / f"{stem}.yaml").read_text())["name"]
 
@@ -35,7 +50,7 @@ def test_group_folders_exist():
 
 @pytest.mark.parametrize("model", MODELS)
 def test_every_model_composes_with_its_defaults(compose, model):
-    cfg = compose([f"model={model}"])
+    cfg = composed(compose, [f"model={model}"], f"conf/model/{model}.yaml")
     assert cfg.model.name, f"conf/model/{model}.yaml has no name"
     impl = str(cfg.model.impl)
     assert ":" in impl and impl.startswith("pipeline.models."), impl
@@ -43,7 +58,6 @@ def test_every_model_composes_with_its_defaults(compose, model):
     assert cfg.kernel.name, f"conf/kernel/{model}_default.yaml has no name"
     # the model's schema is in the defaults list, so Hydra types the node
     assert OmegaConf.get_type(cfg.model) is not dict, f"conf/model/{model}.yaml lists no schema"
-    OmegaConf.to_container(cfg, resolve=True)   # every interpolation resolves
     validate(cfg)
 
 
@@ -56,14 +70,13 @@ def test_every_model_has_default_dataset_and_kernel_files(model):
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_composes_on_its_own(compose, experiment):
     """`python -m pipeline experiment=<name>` works as typed: the file picks its model."""
-    cfg = compose([f"experiment={experiment}"])
-    OmegaConf.to_container(cfg, resolve=True)
+    cfg = composed(compose, [f"experiment={experiment}"], f"conf/experiment/{experiment}.yaml")
     validate(cfg)
 
 
 @pytest.mark.parametrize("stem", KERNELS)
 def test_kernel_file_composes(compose, stem):
-    cfg = compose([f"kernel={stem}"])
+    cfg = composed(compose, [f"kernel={stem}"], f"conf/kernel/{stem}.yaml")
     assert cfg.kernel.name == _kernel_name(stem)
 
 

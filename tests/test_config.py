@@ -67,11 +67,31 @@ def test_every_model_has_default_dataset_and_kernel_files(model):
     assert (CONF / "kernel" / f"{model}_default.yaml").is_file()
 
 
+def _try_compose(compose, overrides):
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from pipeline.app import one_line
+    try:
+        cfg = compose(overrides)
+        OmegaConf.to_container(cfg, resolve=True)
+        validate(cfg)
+        return None
+    except (HydraException, OmegaConfBaseException, ConfigError) as e:
+        return one_line(e) if not isinstance(e, ConfigError) else str(e)
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_every_experiment_composes_on_its_own(compose, experiment):
-    """`python -m pipeline experiment=<name>` works as typed: the file picks its model."""
-    cfg = composed(compose, [f"experiment={experiment}"], f"conf/experiment/{experiment}.yaml")
-    validate(cfg)
+def test_every_experiment_composes(compose, experiment):
+    """`experiment=<name>` composes and validates on its own (the file picks its model) or, for an
+    experiment written for one model, with `model=<that model>`."""
+    alone = _try_compose(compose, [f"experiment={experiment}"])
+    if alone is None:
+        return
+    for m in MODELS:
+        if _try_compose(compose, [f"model={m}", f"experiment={experiment}"]) is None:
+            return
+    pytest.fail(f"conf/experiment/{experiment}.yaml composes with no model: {alone}", pytrace=False)
 
 
 @pytest.mark.parametrize("stem", KERNELS)

@@ -103,10 +103,13 @@ def test_mnist_inputs_density_and_layout():
     assert img[:3].sum() == 0 and img[12:20, 8:24].sum() > 0
 
 
-def test_random_inputs_density():
+def test_random_inputs_density_and_survival():
     a = radixnet.random_inputs(4096, 500, seed=1)
     per = len(a["data"]) / 500
     assert abs(per - 417) < 20
+    Y = sp.csr_matrix((a["data"], a["indices"], a["indptr"]), shape=tuple(a["shape"]))
+    cats, rows = ref.infer(Y, radixnet.network_layers(4096, 16, 1), radixnet.BIAS[4096], 32.0)
+    assert 0 < cats.size < 500          # blobs survive a few layers, unlike scattered pixels
 
 
 # ---------------------------------------------------------------------------- loaders

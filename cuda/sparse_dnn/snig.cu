@@ -109,3 +109,83 @@ extern "C" __global__ void row_flags(const unsigned char* __restrict__ nz, int r
     for (int s = 0; s < S; ++s) a |= nz[(size_t)r * S + s];
     out[r0 + r] = a;
 }
+
+// SNIG with R rows per block (R <= RMAX): the same forward feeding, but each weight entry loaded
+// from global memory is applied to the R rows of the block, so a layer's weights are read
+// rows/R times instead of rows times. Grid (ceil(rows / R), S), dynamic shared memory R * sec
+// floats. Empty rows inside a block cost one flag test; a block of empty rows only resets.
+#define RMAX 8
+extern "C" __global__ void __launch_bounds__(1024) snig_infer_rows(const float* __restrict__ Yin, const unsigned char* __restrict__ nz_in,
+                                           float* __restrict__ Yout, unsigned char* __restrict__ nz_out,
+                                           const int* __restrict__ W, int N, int S, int sec, int cap,
+                                           float bias, float ymax, int rows, int R)
+{
+    const int* col_w = W;
+    const int* row_w = W + (size_t)S * N + 1;
+    const float* val_w = reinterpret_cast<const float*>(row_w + cap);
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    const int nthr = blockDim.x * blockDim.y;
+    const int r0 = blockIdx.x * R;
+    const int nr = min(R, rows - r0);
+    const int s_out = blockIdx.y;
+    unsigned live = 0;                                  // bit rr: row r0 + rr has a nonzero input
+    for (int rr = 0; rr < nr; ++rr) {
+        bool nz = false;
+        for (int s = 0; s < S; ++s) nz |= nz_in[(size_t)(r0 + rr) * S + s] != 0;
+        live |= (unsigned)nz << rr;
+    }
+    extern __shared__ float res[];
+    if (live) {
+        for (int k = tid; k < nr * sec; k += nthr) res[k] = 0.0f;
+        __syncthreads();
+        const int base = s_out * sec;
+        const int* cw = col_w + (size_t)s_out * N;
+        for (int s_in = 0; s_in < S; ++s_in) {
+            unsigned sl = 0;
+            for (int rr = 0; rr < nr; ++rr)
+                sl |= (unsigned)((live >> rr & 1u) && nz_in[(size_t)(r0 + rr) * S + s_in]) << rr;
+            if (!sl) continue;
+            const int end = (s_in + 1) * sec;
+            for (int j = threadIdx.y + s_in * sec; j < end; j += blockDim.y) {
+                float y[RMAX];
+                bool any = false;
+#pragma unroll
+                for (int rr = 0; rr < RMAX; ++rr) {
+                    y[rr] = (rr < nr && (sl >> rr & 1u)) ? Yin[(size_t)(r0 + rr) * N + j] : 0.0f;
+                    any |= y[rr] != 0.0f;
+                }
+                if (!any) continue;
+                const int e = cw[j + 1];
+                for (int k = cw[j] + threadIdx.x; k < e; k += blockDim.x) {
+                    const int o = row_w[k] - base;
+                    const float w = val_w[k];
+#pragma unroll
+                    for (int rr = 0; rr < RMAX; ++rr)
+                        if (y[rr] != 0.0f) atomicAdd(&res[rr * sec + o], y[rr] * w);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (int rr = 0; rr < nr; ++rr) {                    // uniform loop: every thread takes part
+        const size_t out0 = (size_t)(r0 + rr) * N + (size_t)s_out * sec;
+        unsigned char* flag = nz_out + (size_t)(r0 + rr) * S + s_out;
+        if (!(live >> rr & 1u)) {                        // incremental reset of an empty row
+            if (*flag) {
+                for (int j = tid; j < sec; j += nthr) Yout[out0 + j] = 0.0f;
+                __syncthreads();
+                if (tid == 0) *flag = 0;
+            }
+            continue;
+        }
+        int any = 0;
+        for (int i = tid; i < sec; i += nthr) {
+            const float z = res[rr * sec + i];
+            const float v = (z != 0.0f) ? fminf(fmaxf(z + bias, 0.0f), ymax) : 0.0f;
+            Yout[out0 + i] = v;
+            any |= (v != 0.0f);
+        }
+        any = __syncthreads_or(any);
+        if (tid == 0) *flag = (unsigned char)(any != 0);
+    }
+}

@@ -35,6 +35,7 @@ class SparseDnnConf(ModelConf):
     num_secs: int = 0                  # output sections per row; 0 = from the device's shared memory
     smem_optin: bool = True            # allow > 48 KB dynamic shared memory (Hopper: ~227 KB)
     block: List[int] = field(default_factory=lambda: [2, 512])   # (dim_x, dim_y) of the snig kernel
+    rows_per_block: int = 1            # snig: rows sharing one block's weight reads (1 = the paper's kernel)
     graph: bool = True                 # capture the per-batch pass as a CUDA graph (fallback: streams)
     repeats: int = 3                   # timed passes per variant (median reported)
     warmup: int = 1
@@ -67,6 +68,7 @@ def _check(cfg) -> None:
     blk = list(m.block)
     require(len(blk) == 2 and all(int(b) > 0 for b in blk) and int(blk[0]) * int(blk[1]) <= 1024,
             "model.block", blk, "[dim_x, dim_y] with dim_x*dim_y <= 1024")
+    require(1 <= int(m.rows_per_block) <= 8, "model.rows_per_block", m.rows_per_block, "1..8")
     require(int(m.repeats) >= 1, "model.repeats", m.repeats, "at least 1")
     for cell in list(m.grid):
         ok = len(cell) == 2 and int(cell[0]) in SIZES and int(cell[1]) > 0

@@ -116,12 +116,23 @@ def mnist_inputs(images: np.ndarray, N: int, n: int, chunk: int = 2000, progress
 
 
 def random_inputs(N: int, n: int, seed: int = 0) -> Dict[str, np.ndarray]:
-    """Stroke-free fallback: each pixel on with Table 1's density (used where MNIST is absent)."""
+    """Stroke-like random blobs (where MNIST is absent): a 3 x 3 random field per image, resized
+    bicubic to sqrt(N) x sqrt(N) and binarised at Table 1's density. Uniformly scattered pixels
+    would not do: on RadiX-Net they all die within a few layers."""
+    from PIL import Image
     rng = np.random.default_rng([seed, N, 7])
-    Y = sp.random(n, N, density=INPUT_NNZ[N] / (IMAGES * N), format="csr", dtype=np.float32, random_state=rng)
-    Y.data[:] = 1.0
+    side = int(round(math.sqrt(N)))
+    q = 1.0 - INPUT_NNZ[N] / (IMAGES * N)
+    parts = []
+    for s in range(0, n, 2000):
+        fields = (rng.random((min(2000, n - s), 3, 3)) * 255).astype(np.uint8)
+        ims = np.stack([np.asarray(Image.fromarray(f).resize((side, side), Image.BICUBIC)) for f in fields])
+        ims = ims.reshape(len(fields), N)
+        t = np.quantile(ims, q, axis=1, keepdims=True)
+        parts.append(sp.csr_matrix(ims > t, dtype=np.float32))
+    Y = sp.vstack(parts, format="csr", dtype=np.float32)
     return {"indptr": Y.indptr.astype(np.int64), "indices": Y.indices.astype(np.int32),
-            "data": Y.data, "shape": np.array(Y.shape), "threshold": np.array(-1)}
+            "data": Y.data.astype(np.float32), "shape": np.array(Y.shape), "threshold": np.array(-1)}
 
 
 def make_network(N: int, L: int, Y0: sp.csr_matrix, seed: int = 0, bias: Optional[float] = None,

@@ -161,11 +161,13 @@ class SnigRunner:
         self.net = net
         self.N, self.L = net.N, net.L
         limit = info.smem_per_block_optin - 1024 if cfg_model.smem_optin else 48 * 1024
-        self.S = sections(self.N, limit, int(cfg_model.num_secs))
+        self.R = int(cfg_model.get("rows_per_block", 1))
+        self.S = sections(self.N, limit // self.R, int(cfg_model.num_secs))
         self.sec = self.N // self.S
-        if self.sec * 4 > info.smem_per_block_optin:
-            raise GpuError(f"model.num_secs={self.S}: a section of {self.sec} floats needs {self.sec * 4} B of "
-                           f"shared memory, the device allows {info.smem_per_block_optin}; raise num_secs")
+        if self.R * self.sec * 4 > info.smem_per_block_optin:
+            raise GpuError(f"model.num_secs={self.S}: {self.R} row(s) of a {self.sec}-float section need "
+                           f"{self.R * self.sec * 4} B of shared memory, the device allows "
+                           f"{info.smem_per_block_optin}; raise model.num_secs or lower model.rows_per_block")
         self.nb = max(1, min(int(cfg_model.weight_buffers), self.L))
         self.bx, self.by = (int(b) for b in cfg_model.block)
         self.n = net.images
@@ -174,11 +176,12 @@ class SnigRunner:
         self.notice = notice
         mod = kernels.load(MODEL_DIR, "snig.cu")
         self.k_infer = mod.kernel("snig_infer", "PPPPPiiiiff")
+        self.k_rows = mod.kernel("snig_infer_rows", "PPPPPiiiiffii")
         self.k_stage = mod.kernel("stage_rows", "PPPqiiiPP")
         self.k_flags = mod.kernel("row_flags", "PiiPq")
-        self.shared = 4 * self.sec
+        self.shared = 4 * self.sec * self.R
         if self.shared > 48 * 1024:
-            self.k_infer.allow_shared(self.shared)
+            (self.k_rows if self.R > 1 else self.k_infer).allow_shared(self.shared)
         t0 = time.perf_counter()
         self.host_w, self.cap = pack_sectioned(net.layers, self.S)
         self.pack_s = time.perf_counter() - t0
@@ -224,9 +227,15 @@ class SnigRunner:
             self.compute.wait_for_event(self.copied[slot])
             if timing is not None:
                 timing[2][l].record(self.compute)
-            self.k_infer((rows, self.S), (self.bx, self.by), self.Y[src], self.F[src], self.Y[dst], self.F[dst],
-                         self.wbuf[slot], np.int32(self.N), np.int32(self.S), np.int32(self.sec),
-                         np.int32(self.cap), self.bias, self.ymax, shared=self.shared, stream=self.compute)
+            if self.R > 1:
+                self.k_rows((-(-rows // self.R), self.S), (self.bx, self.by), self.Y[src], self.F[src], self.Y[dst],
+                            self.F[dst], self.wbuf[slot], np.int32(self.N), np.int32(self.S), np.int32(self.sec),
+                            np.int32(self.cap), self.bias, self.ymax, np.int32(rows), np.int32(self.R),
+                            shared=self.shared, stream=self.compute)
+            else:
+                self.k_infer((rows, self.S), (self.bx, self.by), self.Y[src], self.F[src], self.Y[dst], self.F[dst],
+                             self.wbuf[slot], np.int32(self.N), np.int32(self.S), np.int32(self.sec),
+                             np.int32(self.cap), self.bias, self.ymax, shared=self.shared, stream=self.compute)
             if timing is not None:
                 timing[3][l].record(self.compute)
             if trace is not None:
@@ -300,7 +309,7 @@ class SnigRunner:
             k_ms += sum(timing[3][l].time_since(timing[2][l]) for l in range(self.L))
         cats = np.flatnonzero(self.out_flags.get()).astype(np.int64)
         return Result(cats, cupy.asnumpy(counts), c_ms, k_ms,
-                      info={"num_secs": self.S, "sec_size": self.sec, "batch": self.batch, "nb": self.nb,
+                      info={"num_secs": self.S, "sec_size": self.sec, "rows_per_block": self.R, "batch": self.batch, "nb": self.nb,
                             "pack_s": self.pack_s, "graph": self.use_graph})
 
 

@@ -58,7 +58,7 @@ def load_network(cfg, N: int, L: int, images: int, small: bool, progress=None, n
                 raise DataError(f"{e} (or use dataset.inputs=random)") from e
             return radixnet.mnist_inputs(imgs, N, n, progress=progress)
         a = cached_arrays(str(cfg.cache_dir), "radixnet-inputs", {"N": N, "n": n, "inputs": kind, "seed": seed,
-                                                                  "v": 1}, build_inputs)
+                                                                  "v": 2}, build_inputs)
         Y0 = sp.csr_matrix((a["data"], a["indices"], a["indptr"]), shape=tuple(int(s) for s in a["shape"]))
         net = radixnet.make_network(N, L, Y0, seed=seed, bias=bias, ymax=ymax, progress=progress)
         net.meta["threshold"] = int(a["threshold"])
@@ -161,7 +161,7 @@ class SparseDnnModel(Model):
         edges = float(net.edges()) * net.images
         row.update(ok=ok, categories=int(len(cats)), golden=int(len(net.golden)), time_s=med, iqr_s=iqr,
                    rate_geps=edges / med / 1e9, transfer_s=tr_ms * 1e-3, compute_s=cp_ms * 1e-3)
-        for k in ("num_secs", "batch", "graph"):
+        for k in ("num_secs", "rows_per_block", "batch", "graph"):
             if k in info:
                 row[k] = info[k]
         self.traces[(net.name, name)] = np.asarray(rows)
@@ -200,7 +200,7 @@ class SparseDnnModel(Model):
     def report(self) -> Report:
         cols = ["network", "images", "variant", "kind", "ok", "categories", "golden", "time_s", "iqr_s",
                 "rate_geps", "transfer_s", "compute_s"] + [f"x_vs_{b}" for b in self.baselines] + \
-               ["num_secs", "batch", "graph"]
+               ["num_secs", "rows_per_block", "batch", "graph"]
         paper = self.cfg.model.paper
         if paper:
             for r in self.rows:

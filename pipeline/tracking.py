@@ -180,6 +180,8 @@ class JobRun:
         hydra_dir = out_dir / ".hydra"
         if hydra_dir.is_dir():
             mlflow.log_artifacts(str(hydra_dir), "hydra")
+        if report.notes:   # what the run told the user (backend fallback, size preset, ...)
+            mlflow.log_text("\n".join(report.notes) + "\n", "notes.txt")
         if report.failures:
             mlflow.set_tag("failures", "; ".join(report.failures)[:4000])
 

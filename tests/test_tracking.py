@@ -107,7 +107,9 @@ def test_run_logs_params_metrics_artifacts(cfg, fake, tmp_path, capsys):
     hist = c.get_metric_history(run.info.run_id, "loss")
     assert [(h.step, h.value) for h in sorted(hist, key=lambda h: h.step)] == [(0, 3.0), (1, 2.0), (2, 1.0)]
     names = {a.path for a in c.list_artifacts(run.info.run_id)}
-    assert {"config.yaml", "results.csv", "results.md", "plot.png", "hydra"} <= names, names
+    assert {"config.yaml", "results.csv", "results.md", "plot.png", "hydra", "notes.txt"} <= names, names
+    notes = open(c.download_artifacts(run.info.run_id, "notes.txt", str(tmp_path / "dl"))).read()
+    assert "size=small" in notes                                 # the context's notice
     local = c.download_artifacts(run.info.run_id, "results.csv", str(tmp_path / "dl"))
     header = open(local).readline().strip().split(",")
     assert "x_vs_base" in header and "gbps" in header          # every row's columns, not row 0's only

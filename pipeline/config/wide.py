@@ -19,7 +19,8 @@ class WideConf(ModelConf):
     hot: int = 256               # most frequent features whose gradients are cached in shared memory
     replicas: int = 4            # copies of each per-sample accumulator (bank conflicts)
     threads: int = 256           # threads per block of the flow kernel
-    blocks_per_sm: int = 4       # persistent blocks per SM
+    blocks_per_sm: int = 4       # persistent blocks per SM (cap)
+    inflight: int = 0            # flow, update=chunk: chunks in flight (0: one mini-batch, batch_size // chunk)
     update: str = "chunk"        # flow: chunk (async per chunk, authors' code) | batch (paper's text)
     shuffle: bool = True         # reshuffle chunk order every epoch
     init_std: float = 0.01       # FM factors ~ N(0, init_std^2), seeded
@@ -59,6 +60,7 @@ def _check(cfg) -> None:
     require(is_pow2(m.threads) and 64 <= m.threads <= 1024, "model.threads", m.threads, "a power of two in 64..1024")
     require(m.threads >= m.chunk, "model.threads", m.threads, f">= model.chunk ({m.chunk})")
     require(1 <= m.blocks_per_sm <= 32, "model.blocks_per_sm", m.blocks_per_sm, "1..32")
+    require(m.inflight >= 0, "model.inflight", m.inflight, "0 (one mini-batch) or a positive number of chunks")
     require(m["update"] in UPDATES, "model.update", m["update"], " or ".join(UPDATES))
     require(m.init_std >= 0, "model.init_std", m.init_std, "a non-negative standard deviation")
     require(m.streams >= 1, "model.streams", m.streams, "a positive integer")

@@ -73,9 +73,10 @@ class FlowTrainer(_Base):
         self.smem = 4 * (nq * data.chunk * int(mc.replicas) + data.chunk + data.chunk * self.k
                          + defs["H"] * (1 + self.k) + 2)
         sm = ctx.device.sm_count if ctx.device else 132
-        # in-flight chunks (update=chunk reads parameters up to that many chunk-steps stale): at most
-        # the persistent capacity, and no more than max(one mini-batch, 1/64 of the epoch's chunks)
-        self.max_grid = max(1, min(int(mc.blocks_per_sm) * sm, max(self.batch_chunks, data.n_chunks // 64)))
+        # in-flight chunks: update=chunk reads parameters up to that many chunk-steps stale. Default one
+        # mini-batch (no chunk sees parameters older than one batch); generated criteo-s-like data
+        # diverges at lr 0.5 beyond about two batches in flight (model.inflight raises it)
+        self.max_grid = max(1, min(int(mc.blocks_per_sm) * sm, int(mc.inflight) or self.batch_chunks))
         self.threads = int(mc.threads)
         self.update = str(mc["update"])
         self.out_of_core = data.edge_bytes > budget_bytes

@@ -162,6 +162,27 @@ def chunk_edges(X: sp.csr_matrix, chunk: int, hot: int) -> Dict[str, np.ndarray]
     return {"cptr": out_start[0::2].copy(), "chot": out_start[1::2].copy(), "fid": fid, "sid": sid, "val": val}
 
 
+def build_arrays(Xtr, ytr, Xva, yva, chunk: int, hot: int, seed: int) -> Dict[str, np.ndarray]:
+    """Steps 1-4 of the module docstring on loaded data; a dict of arrays (what the cache stores)."""
+    perm = np.random.default_rng(seed).permutation(Xtr.shape[0])   # shuffle once
+    Xtr, ytr = Xtr[perm], ytr[perm]
+    new, freq = renumber(Xtr)
+    Xtr, Xva = apply_ids(Xtr, new), apply_ids(Xva, new)
+    e = chunk_edges(Xtr, chunk, hot)
+    return {"tr_indptr": Xtr.indptr.astype(np.int64), "tr_indices": Xtr.indices, "tr_data": Xtr.data,
+            "ytr": ytr.astype(np.float32), "va_indptr": Xva.indptr.astype(np.int64),
+            "va_indices": Xva.indices, "va_data": Xva.data, "yva": yva.astype(np.float32),
+            "shape": np.array([Xtr.shape[1]], np.int64), "freq": freq, **e}
+
+
+def from_arrays(a: Dict[str, np.ndarray], chunk: int, hot: int) -> WideData:
+    d = int(a["shape"][0])
+    Xtr = sp.csr_matrix((a["tr_data"], a["tr_indices"], a["tr_indptr"]), shape=(len(a["ytr"]), d))
+    Xva = sp.csr_matrix((a["va_data"], a["va_indices"], a["va_indptr"]), shape=(len(a["yva"]), d))
+    return WideData(Xtr, a["ytr"], Xva, a["yva"], a["cptr"], a["chot"], a["fid"], a["sid"], a["val"],
+                    a["freq"], chunk, hot)
+
+
 def prepare(cfg, size: str, chunk: int, hot: int, cache: bool = True) -> WideData:
     ident, load = source(cfg, size)
     params = {"v": 1, "data": ident, "chunk": chunk, "hot": hot, "seed": int(cfg.seed)}
@@ -170,19 +191,7 @@ def prepare(cfg, size: str, chunk: int, hot: int, cache: bool = True) -> WideDat
         Xtr, ytr, Xva, yva = load()
         if Xtr.shape[0] == 0:
             raise DataError(f"dataset '{cfg.dataset.name}': the training split is empty")
-        perm = np.random.default_rng(int(cfg.seed)).permutation(Xtr.shape[0])   # shuffle once
-        Xtr, ytr = Xtr[perm], ytr[perm]
-        new, freq = renumber(Xtr)
-        Xtr, Xva = apply_ids(Xtr, new), apply_ids(Xva, new)
-        e = chunk_edges(Xtr, chunk, hot)
-        return {"tr_indptr": Xtr.indptr.astype(np.int64), "tr_indices": Xtr.indices, "tr_data": Xtr.data,
-                "ytr": ytr.astype(np.float32), "va_indptr": Xva.indptr.astype(np.int64),
-                "va_indices": Xva.indices, "va_data": Xva.data, "yva": yva.astype(np.float32),
-                "shape": np.array([Xtr.shape[1]], np.int64), "freq": freq, **e}
+        return build_arrays(Xtr, ytr, Xva, yva, chunk, hot, int(cfg.seed))
 
     a = cached_arrays(str(cfg.cache_dir), f"wide-{cfg.dataset.name}", params, build) if cache else build()
-    d = int(a["shape"][0])
-    Xtr = sp.csr_matrix((a["tr_data"], a["tr_indices"], a["tr_indptr"]), shape=(len(a["ytr"]), d))
-    Xva = sp.csr_matrix((a["va_data"], a["va_indices"], a["va_indptr"]), shape=(len(a["yva"]), d))
-    return WideData(Xtr, a["ytr"], Xva, a["yva"], a["cptr"], a["chot"], a["fid"], a["sid"], a["val"],
-                    a["freq"], chunk, hot)
+    return from_arrays(a, chunk, hot)

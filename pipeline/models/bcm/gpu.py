@@ -204,13 +204,14 @@ class BcmLinear:
         """specs: (Pass, A, B, R, D) for one or two passes, one launch; R (and D) zeroed before."""
         kf = self.kf
         args, tiles, blocks = [], [], []
-        total_tiles = sum(_cdiv(P.U, 16) * _cdiv(P.V, 16) for P, *_ in specs)
+        # One s-chunk length for both passes, so every block does about the same work: enough
+        # blocks to fill the GPU a few times over, and no block longer than the average.
+        work = sum(_cdiv(P.U, 16) * _cdiv(P.V, 16) * P.S for P, *_ in specs)
+        sc = max(8, _cdiv(_cdiv(work, 4 * self.sms), 4) * 4)
         for i in range(2):
             if i < len(specs):
                 P, A, B, R, D = specs[i]
                 t = _cdiv(P.U, 16) * _cdiv(P.V, 16)
-                split = max(1, min(_cdiv(3 * self.sms, total_tiles), P.S // 16))
-                sc = _cdiv(_cdiv(P.S, split), 4) * 4
                 split = _cdiv(P.S, sc)
                 tiles.append(t)
                 blocks.append(t * split)

@@ -143,7 +143,7 @@ def test_configs_compose_and_validate(compose):
     from pipeline.config import validate
     c = compose(["model=fewhot"])
     validate(c)
-    assert c.model.name == "fewhot" and c.kernel.name == "fewhot_vec" and c.model.tolerance == 1e-5
+    assert c.model.name == "fewhot" and c.kernel.name == "fewhot" and c.model.tolerance == 1e-5
     c = compose(["model=softmax_topn"])
     validate(c)
     assert c.kernel.name == "topn_radix" and c.model.block_size == 256

@@ -24,7 +24,7 @@ SANITIZE = [
 ]
 
 
-def fewhot_lookup(A_csr_device, B_device, out=None, variant: str = "vec", stream=None):
+def fewhot_lookup(A_csr_device, B_device, out=None, variant: str = "paper", stream=None):
     from pipeline.models.argueta.gpu import fewhot_lookup as f
     return f(A_csr_device, B_device, out=out, variant=variant, stream=stream)
 

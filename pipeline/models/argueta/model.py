@@ -34,7 +34,7 @@ def _choose(model: Model, names: List[str], gpu_ours, gpu_base, cpu_ours, cpu_ba
     cfg, ctx = model.cfg, model.ctx
     if ctx.cuda:
         from pipeline.models.argueta import gpu
-        table = gpu.fewhot_variants() if default == "fewhot_vec" else gpu.topn_variants(
+        table = gpu.fewhot_variants() if default == "fewhot" else gpu.topn_variants(
             lambda o, e: ref.check_topn(o, e, exact=True), lambda o, e: ref.check_topn(o, e, exact=False))
         ours = [n for n in names if n in gpu_ours + gpu_base]
         dropped = [n for n in names if n not in ours]
@@ -131,7 +131,7 @@ class FewhotModel(Model):
         m = self.cfg.model
         names = check_variants(self.cfg, self.GPU_VARIANTS + self.CPU_VARIANTS)
         self.ours, self.baselines, table = _choose(self, names, FEWHOT_GPU, FEWHOT_GPU_BASE, ["cpu"],
-                                                   ["cpu_sparse", "cpu_dense"], fewhot_cpu_variants(), "fewhot_vec")
+                                                   ["cpu_sparse", "cpu_dense"], fewhot_cpu_variants(), "fewhot")
         self.variants = [table[n] for n in self.ours + self.baselines]
         L, K, M = (int(m.rows), int(m.vocab), int(m.width)) if self.ctx.size == "full" else \
             (FEWHOT_SMALL["rows"], FEWHOT_SMALL["vocab"], FEWHOT_SMALL["width"])

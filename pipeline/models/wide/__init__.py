@@ -11,6 +11,8 @@ GPU_SUITE = [
      "model.baselines=[stage]", "model.early_stop=false"],
     ["model=wide_lr", "dataset=ctr_synth", "dataset.scale=0.2", "epochs=3", "batch_size=1024",
      "model.baselines=[]", "model.device_budget_mb=200", "model.early_stop=false"],
+    ["model=wide_lr", "dataset=ctr_synth", "dataset.scale=0.2", "epochs=3", "batch_size=1024",
+     "model.inflight=64", "model.baselines=[stage]", "model.early_stop=false"],
 ]
 
 SANITIZE = [

@@ -234,3 +234,14 @@ def test_cli_bad_file_exit(cli, tmp_path):
     write(d, "a9a.t.gz", "1 1:1\n", gz=True)
     r = cli("model=wide_lr", "backend=cpu", f"data_dir={tmp_path}", f"cache_dir={tmp_path / 'c'}")
     assert r.returncode != 0 and "a9a.gz:2: feature index 500 exceeds the declared dimension 123" in r.stderr
+
+
+def test_suite_and_sanitize_configs_compose(compose):
+    from pipeline.config import validate
+    from pipeline.models.wide import GPU_SUITE, SANITIZE
+    for ov in GPU_SUITE + SANITIZE:
+        validate(compose(list(ov)))
+    for exp in ("cuwide_table4", "cuwide_table5", "cuwide_a9a"):
+        cfg = compose([f"experiment={exp}"])
+        validate(cfg)
+        assert cfg.model.name.startswith("wide_") and cfg.model.batch_size == 1024

@@ -16,10 +16,9 @@ same (renumbered, shuffled) training rows is kept for the stage baseline and the
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import numpy as np
 import scipy.sparse as sp

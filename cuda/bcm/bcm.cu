@@ -300,16 +300,15 @@ __global__ void bcm_col2im(const float* __restrict__ cols, float* __restrict__ x
 }  // extern "C"
 
 // ======================================================================================
-// Beyond the paper, "dft": the layer in six launches (three forward, three backward), no cuFFT.
-//   bcm_dft_rows      real DFT (R2C) of up to three row sets in one launch (x and w, or g); the
-//                     same launch zeroes the accumulators of the product that follows
-//   bcm_dft_product   one or two products (forward; or weight + input gradient) in one launch:
-//                     16x16 (u, v) tiles over all k' frequencies, split over s, register-prefetched
-//                     shared-memory stages, partial sums added atomically; the weight-gradient pass
-//                     also sums its staged FFT(G) tiles into the bias gradient's spectrum
-//   bcm_idft_rows     inverse real DFT (C2R, 1/k) of up to three row sets, bias added
-// Direct DFTs cost O(k^2) per row; for k <= 64 they are cheap next to the products and they remove
-// the FFT library's launches and the intermediate passes over memory.
+// Beyond the paper, "dft": direct real DFTs into frequency-major layouts, so that each pass is one
+// strided-batched complex GEMM (cuBLAS, plain fp32) with no transposes and no conjugate copies:
+//   bcm_dft_rows    out[f][r] = sum_t in[r][t] exp(-2 pi i f t / K)  (or its conjugate), up to three
+//                   row sets per launch; zeroes up to three buffers in the same launch
+//   bcm_idft_rows   out[r][t] = (1/K) irfft(R[:][r])[t] (+ bias), optionally time-reversed, which
+//                   turns the spectrum of a conjugated product into the wanted gradient:
+//                   conj(Y) is the spectrum of y reversed, y'[t] = y[(K - t) mod K].
+// With G' = conj(FFT(G)):  forward  A_f = X_f W_f^T,  weight grad  conj(dW_f) = G'_f^T X_f,
+// input grad  conj(dX_f) = G'_f W_f.  Direct DFTs cost O(k^2) per row, cheap for k <= 64.
 // ======================================================================================
 
 #define DFT_ROWS 32
@@ -320,39 +319,39 @@ __device__ __forceinline__ void zero_span(float* p, long long n, long long gtid,
     for (long long i = gtid; i < n; i += gstride) p[i] = 0.f;
 }
 
-// out_seg[r, f] = sum_t in_seg[r, t] * exp(-2 pi i f t / K), f < KF = K/2+1; zero z0..z2 (float counts).
-// grid (ceil(max rows / DFT_ROWS), 3), block 256; dynamic smem: DFT_ROWS*K floats + K float2.
-extern "C" __global__ void bcm_dft_rows(const float* __restrict__ in0, float2* __restrict__ out0, int rows0,
-                                        const float* __restrict__ in1, float2* __restrict__ out1, int rows1,
-                                        const float* __restrict__ in2, float2* __restrict__ out2, int rows2,
-                                        float* z0, long long zn0, float* z1, long long zn1, float* z2, long long zn2,
-                                        int K, int KF)
+// grid (ceil(max rows / DFT_ROWS), nseg), block 256; dynamic smem: DFT_ROWS*(K+1) floats + K float2.
+extern "C" __global__ void bcm_dft_rows(const float* __restrict__ in0, float2* __restrict__ out0, int rows0, int conj0,
+                                        const float* __restrict__ in1, float2* __restrict__ out1, int rows1, int conj1,
+                                        const float* __restrict__ in2, float2* __restrict__ out2, int rows2, int conj2,
+                                        float* z0, long long zn0, float* z1, long long zn1, int K, int KF)
 {
     extern __shared__ float dsm[];
     long long gstride = (long long)gridDim.x * gridDim.y * blockDim.x;
     long long gtid = ((long long)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
     zero_span(z0, zn0, gtid, gstride);
     zero_span(z1, zn1, gtid, gstride);
-    zero_span(z2, zn2, gtid, gstride);
     float2* tw = reinterpret_cast<float2*>(dsm);      // K twiddles exp(-2 pi i m / K)
-    float* xs = dsm + 2 * K;                          // [DFT_ROWS][K]
-    const float* in; float2* out; int rows;
-    if (blockIdx.y == 0) { in = in0; out = out0; rows = rows0; }
-    else if (blockIdx.y == 1) { in = in1; out = out1; rows = rows1; }
-    else { in = in2; out = out2; rows = rows2; }
+    float* xs = dsm + 2 * K;                          // [DFT_ROWS][K + 1]
+    const float* in; float2* out; int rows, cj;
+    if (blockIdx.y == 0) { in = in0; out = out0; rows = rows0; cj = conj0; }
+    else if (blockIdx.y == 1) { in = in1; out = out1; rows = rows1; cj = conj1; }
+    else { in = in2; out = out2; rows = rows2; cj = conj2; }
     int r0 = blockIdx.x * DFT_ROWS;
     if (r0 >= rows) return;
     int nr = min(DFT_ROWS, rows - r0);
     for (int m = threadIdx.x; m < K; m += blockDim.x) {
         float s, c;
         sincospif(2.0f * (float)m / (float)K, &s, &c);
-        tw[m] = make_float2(c, -s);
+        tw[m] = make_float2(c, cj ? s : -s);
     }
-    for (int i = threadIdx.x; i < nr * K; i += blockDim.x) xs[i] = in[(size_t)r0 * K + i];
+    for (int i = threadIdx.x; i < nr * K; i += blockDim.x) {
+        int r = i / K, t = i - (i / K) * K;
+        xs[r * (K + 1) + t] = in[(size_t)r0 * K + i];
+    }
     __syncthreads();
     for (int i = threadIdx.x; i < nr * KF; i += blockDim.x) {
-        int r = i / KF, f = i - (i / KF) * KF;
-        const float* x = xs + r * K;
+        int r = i % nr, f = i / nr;               // r fastest: coalesced frequency-major stores
+        const float* x = xs + r * (K + 1);
         float re = 0.f, im = 0.f;
         #pragma unroll 8
         for (int t = 0; t < K; ++t) {
@@ -360,26 +359,26 @@ extern "C" __global__ void bcm_dft_rows(const float* __restrict__ in0, float2* _
             re = fmaf(x[t], w.x, re);
             im = fmaf(x[t], w.y, im);
         }
-        out[(size_t)r0 * KF + i] = make_float2(re, im);
+        out[(size_t)f * rows + r0 + r] = make_float2(re, im);
     }
 }
 
-// out_seg[r, t] = (1/K) irfft(R_seg[r, :])[t] + bias_seg[(r % bmod_seg) * K + t] (bias optional).
-// grid (ceil(max rows / DFT_ROWS), 3), block 256; dynamic smem: DFT_ROWS*KF float2 + K float2.
+// Frequency-major R[f][r] -> out[r][t]; rev: output y[(K - t) mod K]; bias[(r % bmod) * K + t] added.
+// grid (ceil(max rows / DFT_ROWS), nseg), block 256; dynamic smem: DFT_ROWS*(KF+1) float2 + K float2.
 extern "C" __global__ void bcm_idft_rows(const float2* __restrict__ R0, float* __restrict__ out0, int rows0,
-                                         const float* __restrict__ bias0, int bmod0,
+                                         const float* __restrict__ bias0, int bmod0, int rev0,
                                          const float2* __restrict__ R1, float* __restrict__ out1, int rows1,
-                                         const float* __restrict__ bias1, int bmod1,
+                                         const float* __restrict__ bias1, int bmod1, int rev1,
                                          const float2* __restrict__ R2, float* __restrict__ out2, int rows2,
-                                         const float* __restrict__ bias2, int bmod2, int K, int KF)
+                                         const float* __restrict__ bias2, int bmod2, int rev2, int K, int KF)
 {
     extern __shared__ float2 ism[];
     float2* tw = ism;                 // K twiddles exp(+2 pi i m / K)
-    float2* rs = ism + K;             // [DFT_ROWS][KF]
-    const float2* R; float* out; int rows; const float* bias; int bmod;
-    if (blockIdx.y == 0) { R = R0; out = out0; rows = rows0; bias = bias0; bmod = bmod0; }
-    else if (blockIdx.y == 1) { R = R1; out = out1; rows = rows1; bias = bias1; bmod = bmod1; }
-    else { R = R2; out = out2; rows = rows2; bias = bias2; bmod = bmod2; }
+    float2* rs = ism + K;             // [DFT_ROWS][KF + 1]
+    const float2* R; float* out; int rows; const float* bias; int bmod, rev;
+    if (blockIdx.y == 0) { R = R0; out = out0; rows = rows0; bias = bias0; bmod = bmod0; rev = rev0; }
+    else if (blockIdx.y == 1) { R = R1; out = out1; rows = rows1; bias = bias1; bmod = bmod1; rev = rev1; }
+    else { R = R2; out = out2; rows = rows2; bias = bias2; bmod = bmod2; rev = rev2; }
     int r0 = blockIdx.x * DFT_ROWS;
     if (r0 >= rows) return;
     int nr = min(DFT_ROWS, rows - r0);
@@ -388,127 +387,25 @@ extern "C" __global__ void bcm_idft_rows(const float2* __restrict__ R0, float* _
         sincospif(2.0f * (float)m / (float)K, &s, &c);
         tw[m] = make_float2(c, s);
     }
-    for (int i = threadIdx.x; i < nr * KF; i += blockDim.x) rs[i] = R[(size_t)r0 * KF + i];
+    for (int i = threadIdx.x; i < nr * KF; i += blockDim.x) {
+        int r = i % nr, f = i / nr;
+        rs[r * (KF + 1) + f] = R[(size_t)f * rows + r0 + r];
+    }
     __syncthreads();
     const float inv_k = 1.0f / (float)K;
     const int half = K / 2;
     for (int i = threadIdx.x; i < nr * K; i += blockDim.x) {
         int r = i / K, t = i - (i / K) * K;
-        const float2* X = rs + r * KF;
+        int tt = rev ? ((K - t) & (K - 1)) : t;
+        const float2* X = rs + r * (KF + 1);
         float acc = 0.f;
         #pragma unroll 4
         for (int f = 1; f < half; ++f) {
-            float2 w = tw[(f * t) & (K - 1)];
+            float2 w = tw[(f * tt) & (K - 1)];
             acc = fmaf(X[f].x, w.x, fmaf(-X[f].y, w.y, acc));
         }
-        float y = (X[0].x + X[half].x * ((t & 1) ? -1.f : 1.f) + 2.f * acc) * inv_k;
+        float y = (X[0].x + X[half].x * ((tt & 1) ? -1.f : 1.f) + 2.f * acc) * inv_k;
         if (bias) y += bias[(size_t)((r0 + r) % bmod) * K + t];
         out[(size_t)r0 * K + i] = y;
-    }
-}
-
-struct DftPass {
-    const float2* A; const float2* B; float2* R; float2* D;
-    int U, V, S, au, as, bv, bs, conj, SC;
-};
-
-__device__ __forceinline__ void dft_load(const DftPass& P, int u0, int v0, int s0, int s_end, int KF, int tid,
-                                         int nthreads, float2 (&pa)[4], float2 (&pb)[4])
-{
-    #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-        int idx = tid + r * nthreads;          // < TILE * TS * KF since nthreads == 16 * KF
-        int ff = idx % KF;
-        int ss = (idx / KF) % TS;
-        int rr = idx / (KF * TS);
-        int s = s0 + ss;
-        int u = u0 + rr, v = v0 + rr;
-        pa[r] = (u < P.U && s < s_end) ? __ldg(&P.A[(size_t)u * P.au + (size_t)s * P.as + ff]) : make_float2(0.f, 0.f);
-        pb[r] = (v < P.V && s < s_end) ? __ldg(&P.B[(size_t)v * P.bv + (size_t)s * P.bs + ff]) : make_float2(0.f, 0.f);
-    }
-}
-
-// grid (tiles0*split0 + tiles1*split1); block KF*16 (= 16 groups of 4x4 (u, v) per frequency);
-// dynamic smem 2*TILE*TS*KF float2. R (and D) must be zero; partial sums are added atomically.
-extern "C" __global__ void __launch_bounds__(544)
-bcm_dft_product(const float2* A0, const float2* B0, float2* R0, float2* D0, int U0, int V0, int S0,
-                int au0, int as0, int bv0, int bs0, int cj0, int SC0,
-                const float2* A1, const float2* B1, float2* R1, float2* D1, int U1, int V1, int S1,
-                int au1, int as1, int bv1, int bs1, int cj1, int SC1,
-                int KF, int tiles0, int nblocks0)
-{
-    extern __shared__ float2 psm[];
-    DftPass P;
-    int b = blockIdx.x, tiles;
-    if (b < nblocks0) {
-        P = {A0, B0, R0, D0, U0, V0, S0, au0, as0, bv0, bs0, cj0, SC0};
-        tiles = tiles0;
-    } else {
-        b -= nblocks0;
-        P = {A1, B1, R1, D1, U1, V1, S1, au1, as1, bv1, bs1, cj1, SC1};
-        tiles = ((U1 + TILE - 1) / TILE) * ((V1 + TILE - 1) / TILE);
-    }
-    const int tile = b % tiles, z = b / tiles;
-    const int nvt = (P.V + TILE - 1) / TILE;
-    const int u0 = (tile / nvt) * TILE, v0 = (tile % nvt) * TILE;
-    const int s_begin = z * P.SC, s_end = min(P.S, s_begin + P.SC);
-    float2* sA = psm;                        // [TILE][TS][KF]
-    float2* sB = psm + TILE * TS * KF;
-    const int tid = threadIdx.x, nthreads = blockDim.x;
-    const int f = tid % KF;
-    const int g = tid / KF;
-    const int ug = g / (TILE / REG), vg = g % (TILE / REG);
-    const bool cj = P.conj != 0;
-    const bool do_db = P.D != nullptr && v0 == 0 && vg == 0;
-
-    float2 acc[REG][REG];
-    float2 dbacc[REG];
-    #pragma unroll
-    for (int i = 0; i < REG; ++i) {
-        dbacc[i] = make_float2(0.f, 0.f);
-        #pragma unroll
-        for (int j = 0; j < REG; ++j) acc[i][j] = make_float2(0.f, 0.f);
-    }
-    float2 pa[4], pb[4];
-    if (s_begin < s_end) dft_load(P, u0, v0, s_begin, s_end, KF, tid, nthreads, pa, pb);
-    for (int s0 = s_begin; s0 < s_end; s0 += TS) {
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) { sA[tid + r * nthreads] = pa[r]; sB[tid + r * nthreads] = pb[r]; }
-        __syncthreads();
-        if (s0 + TS < s_end) dft_load(P, u0, v0, s0 + TS, s_end, KF, tid, nthreads, pa, pb);   // in flight
-        #pragma unroll
-        for (int ss = 0; ss < TS; ++ss) {
-            float2 ra[REG], rb[REG];
-            #pragma unroll
-            for (int i = 0; i < REG; ++i) ra[i] = sA[((ug * REG + i) * TS + ss) * KF + f];
-            #pragma unroll
-            for (int j = 0; j < REG; ++j) rb[j] = sB[((vg * REG + j) * TS + ss) * KF + f];
-            #pragma unroll
-            for (int i = 0; i < REG; ++i)
-                #pragma unroll
-                for (int j = 0; j < REG; ++j) cfma(acc[i][j], ra[i], rb[j], cj);
-            if (do_db) {
-                #pragma unroll
-                for (int i = 0; i < REG; ++i) dbacc[i] = cadd(dbacc[i], ra[i]);
-            }
-        }
-        __syncthreads();
-    }
-    #pragma unroll
-    for (int i = 0; i < REG; ++i) {
-        int u = u0 + ug * REG + i;
-        if (u >= P.U) continue;
-        if (do_db) {
-            atomicAdd(&P.D[(size_t)u * KF + f].x, dbacc[i].x);
-            atomicAdd(&P.D[(size_t)u * KF + f].y, dbacc[i].y);
-        }
-        #pragma unroll
-        for (int j = 0; j < REG; ++j) {
-            int v = v0 + vg * REG + j;
-            if (v >= P.V) continue;
-            float2* out = P.R + ((size_t)u * P.V + v) * KF + f;
-            atomicAdd(&out->x, acc[i][j].x);
-            atomicAdd(&out->y, acc[i][j].y);
-        }
     }
 }

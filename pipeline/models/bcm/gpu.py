@@ -39,9 +39,8 @@ def _k(name: str):
         "bcm_bias_grad": "PPii",
         "bcm_im2col": "PPiiiiiiiiii",
         "bcm_col2im": "PPiiiiiiiiii",
-        "bcm_dft_rows": "PPiPPiPPiPqPqPqii",
-        "bcm_idft_rows": "PPiPi" * 3 + "ii",
-        "bcm_dft_product": "PPPPiiiiiiiii" * 2 + "iii",
+        "bcm_dft_rows": "PPii" * 3 + "PqPqii",
+        "bcm_idft_rows": "PPiPii" * 3 + "ii",
     }[name]
     return _mod().kernel(name, sig)
 
@@ -165,89 +164,65 @@ class BcmLinear:
                            i32(P.S), i32(k))
         return out
 
-    # ------------------------------------------------------------- "dft": six launches in all
+    # ------------------------------------------- "dft": our DFTs around frequency-batched CGEMMs
     def _dft_rows(self, segs, zero=()):
-        """Real DFT of up to three (input (rows, k) float32, output (rows, k') complex64) pairs;
-        the same launch zeroes the arrays in ``zero`` (the next product's accumulators)."""
+        """Real DFT of up to three (input (rows, k) float32, output (k', rows) complex64, conj)
+        row sets into frequency-major outputs; the same launch zeroes the arrays in ``zero``."""
         k, kf = self.k, self.kf
         args, rows_max = [], 0
         for i in range(3):
             if i < len(segs):
-                x, out = segs[i]
+                x, out, conj = segs[i]
                 rows = x.size // k
-                args += [x, out, np.int32(rows)]
+                args += [x, out, np.int32(rows), np.int32(conj)]
                 rows_max = max(rows_max, rows)
             else:
-                args += [0, 0, np.int32(0)]
-        for i in range(3):
+                args += [0, 0, np.int32(0), np.int32(0)]
+        for i in range(2):
             z = zero[i] if i < len(zero) else None
-            args += [z if z is not None else 0, np.int64(z.size * (2 if z.dtype.kind == "c" else 1) if z is not None else 0)]
+            args += [z if z is not None else 0, np.int64(z.size if z is not None else 0)]
         _k("bcm_dft_rows")((_cdiv(rows_max, 32), len(segs)), (256,), *args, np.int32(k), np.int32(kf),
-                           shared=(32 * k + 2 * k) * 4)
+                           shared=(32 * (k + 1) + 2 * k) * 4)
 
     def _idft_rows(self, segs):
-        """segs: (R (rows, k') complex64, out (rows, k) float32, bias or None, bias row modulus)."""
+        """segs: (R (k', rows) complex64, out (rows, k) float32, bias or None, bias row modulus,
+        time-reversed?)."""
         k, kf = self.k, self.kf
         args, rows_max = [], 0
         for i in range(3):
             if i < len(segs):
-                R, out, bias, bmod = segs[i]
+                R, out, bias, bmod, rev = segs[i]
                 rows = R.size // kf
-                args += [R, out, np.int32(rows), bias if bias is not None else 0, np.int32(bmod)]
+                args += [R, out, np.int32(rows), bias if bias is not None else 0, np.int32(bmod), np.int32(rev)]
                 rows_max = max(rows_max, rows)
             else:
-                args += [0, 0, np.int32(0), 0, np.int32(1)]
+                args += [0, 0, np.int32(0), 0, np.int32(1), np.int32(0)]
         _k("bcm_idft_rows")((_cdiv(rows_max, 32), len(segs)), (256,), *args, np.int32(k), np.int32(kf),
-                            shared=(32 * kf + k) * 8)
-
-    def _dft_product(self, *specs):
-        """specs: (Pass, A, B, R, D) for one or two passes, one launch; R (and D) zeroed before."""
-        kf = self.kf
-        args, tiles, blocks = [], [], []
-        # One s-chunk length for both passes, so every block does about the same work: enough
-        # blocks to fill the GPU a few times over, and no block longer than the average.
-        work = sum(_cdiv(P.U, 16) * _cdiv(P.V, 16) * P.S for P, *_ in specs)
-        sc = max(8, _cdiv(_cdiv(work, 4 * self.sms), 4) * 4)
-        for i in range(2):
-            if i < len(specs):
-                P, A, B, R, D = specs[i]
-                t = _cdiv(P.U, 16) * _cdiv(P.V, 16)
-                split = _cdiv(P.S, sc)
-                tiles.append(t)
-                blocks.append(t * split)
-                args += [A, B, R, D if D is not None else 0] + [np.int32(v) for v in
-                         (P.U, P.V, P.S, P.au, P.as_, P.bv, P.bs, P.conj, sc)]
-            else:
-                tiles.append(0)
-                blocks.append(0)
-                args += [0, 0, 0, 0] + [np.int32(0)] * 8 + [np.int32(4)]
-        _k("bcm_dft_product")((blocks[0] + blocks[1],), (kf * 16,), *args, np.int32(kf), np.int32(tiles[0]),
-                              np.int32(blocks[0]), shared=2 * 16 * 4 * kf * 8)
+                            shared=(32 * (kf + 1) + k) * 8)
 
     def _forward_dft(self, x, w, bias):
+        import cupy
         n, p, q, k, kf = self.n, self.p, self.q, self.k, self.kf
-        self.xf = self._buf("xf", (n, q, kf), np.complex64)
-        self.wf = self._buf("wf", (p, q, kf), np.complex64)
-        R = self._buf("R_fwd", (n, p, kf), np.complex64)
-        self._dft_rows([(x, self.xf), (w, self.wf)], zero=[R])
-        self._dft_product((passes(n, p, q, kf)["fwd"], self.xf, self.wf, R, None))
+        self.xt = self._buf("xt", (kf, n, q), np.complex64)
+        self.wt = self._buf("wt", (kf, p, q), np.complex64)
+        self._dft_rows([(x, self.xt, 0), (w, self.wt, 0)])
+        at = blas.cgemm_batched(self.xt, self.wt, self._buf("at", (kf, n, p), np.complex64), trans_b=True)
         a = self._buf("a", (n, p * k), np.float32)
-        self._idft_rows([(R, a, bias, p)])
+        self._idft_rows([(at, a, bias, p, 0)])
         return a
 
     def _backward_dft(self, g):
         n, p, q, k, kf = self.n, self.p, self.q, self.k, self.kf
-        gf = self._buf("gf", (n, p, kf), np.complex64)
-        Rw = self._buf("R_dw", (p, q, kf), np.complex64)
-        Rx = self._buf("R_dx", (n, q, kf), np.complex64)
-        Rb = self._buf("R_db", (p, kf), np.complex64)
-        self._dft_rows([(g, gf)], zero=[Rw, Rx, Rb])
-        ps = passes(n, p, q, kf)
-        self._dft_product((ps["dw"], gf, self.xf, Rw, Rb), (ps["dx"], gf, self.wf, Rx, None))
+        gc = self._buf("gc", (kf, n, p), np.complex64)          # conj(FFT(G)), frequency-major
+        db = self._buf("db", (p * k,), np.float32)
+        self._dft_rows([(g, gc, 1)], zero=[db])
+        R, C = g.shape
+        _k("bcm_bias_grad")((_cdiv(C, 32), max(1, min(_cdiv(R, 8 * 16), 1024))), (32, 8), g, db, np.int32(R), np.int32(C))
+        dwt = blas.cgemm_batched(gc, self.xt, self._buf("dwt", (kf, p, q), np.complex64), trans_a=True)
+        dxt = blas.cgemm_batched(gc, self.wt, self._buf("dxt", (kf, n, q), np.complex64))
         dw = self._buf("dw", (p, q, k), np.float32)
         dx = self._buf("dx", (n, q * k), np.float32)
-        db = self._buf("db", (p * k,), np.float32)
-        self._idft_rows([(Rw, dw, None, 1), (Rx, dx, None, 1), (Rb, db, None, 1)])
+        self._idft_rows([(dwt, dw, None, 1, 1), (dxt, dx, None, 1, 1)])
         return dw, dx, db
 
     def _reverse(self, x, rows: int):

@@ -2,7 +2,7 @@
 from dataclasses import dataclass, field
 from typing import List
 
-from pipeline.config import ModelConf, is_pow2, require, store, validator
+from pipeline.config import ModelConf, check_variants, is_pow2, require, store, validator
 
 LAYERS = ("A", "B", "C")
 
@@ -26,3 +26,8 @@ def _check(cfg) -> None:
         require(4 <= k <= 256, "block_size", k, "between 4 and 256")
     for name in m.layers:
         require(name in LAYERS, "model.layers", name, f"one of {', '.join(LAYERS)}")
+    from pipeline.models.bcm.model import BcmModel
+    names = check_variants(cfg, BcmModel.GPU_VARIANTS + BcmModel.CPU_VARIANTS)
+    if any(n in ("tiled", "dft") for n in names):
+        for k in list(m.block_sizes) or [m.block_size]:
+            require(k <= 64, "block_size", k, "at most 64 for the tiled and dft variants (k' x 16 threads a block)")

@@ -28,6 +28,6 @@ def _check(cfg) -> None:
         require(name in LAYERS, "model.layers", name, f"one of {', '.join(LAYERS)}")
     from pipeline.models.bcm.model import BcmModel
     names = check_variants(cfg, BcmModel.GPU_VARIANTS + BcmModel.CPU_VARIANTS)
-    if any(n in ("tiled", "dft") for n in names):
+    if "tiled" in names:
         for k in list(m.block_sizes) or [m.block_size]:
-            require(k <= 64, "block_size", k, "at most 64 for the tiled and dft variants (k' x 16 threads a block)")
+            require(k <= 64, "block_size", k, "at most 64 for the tiled variant (k' x 16 threads a block)")

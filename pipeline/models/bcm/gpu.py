@@ -90,7 +90,7 @@ class BcmLinear:
     def __init__(self, p: int, q: int, k: int, variant: str = "tiled"):
         if variant not in OURS:
             raise ValueError(f"unknown BCM variant {variant!r}; one of {OURS}")
-        if variant in ("tiled", "dft") and k > 64:
+        if variant == "tiled" and k > 64:
             raise ValueError(f"the {variant} variant supports block_size <= 64 (k' * 16 threads per block)")
         self.p, self.q, self.k, self.variant = p, q, k, variant
         self.kf = k // 2 + 1

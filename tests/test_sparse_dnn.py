@@ -276,3 +276,25 @@ def test_cli_bad_tsv_fails_cleanly(cli, tmp_path):
     assert r.returncode != 0
     assert "n1024-l1.tsv:2: 2 field(s)" in r.stderr
     assert not list((tmp_path / "cache").glob("hpec-*")) if (tmp_path / "cache").exists() else True
+
+
+@pytest.mark.parametrize("S", [1, 2, 8])
+def test_sectioned_csr_packing(net, S):
+    from pipeline.models.sparse_dnn.gpu import pack_csc, pack_sectioned
+    N = net.N
+    sec = N // S
+    packed, cap = pack_sectioned(net.layers[:3], S, alloc=np.zeros)
+    for l in range(3):
+        row = packed[l]
+        ptr = row[: S * N + 1]
+        cols = row[S * N + 1: S * N + 1 + ptr[-1]]
+        vals = row[S * N + 1 + cap: S * N + 1 + cap + ptr[-1]].view(np.float32)
+        i = np.repeat(np.arange(S * N) % N, np.diff(ptr))        # row t*N + i -> input neuron i
+        t = np.repeat(np.arange(S * N) // N, np.diff(ptr))
+        assert np.all(cols // sec == t)                             # every entry lies in its section
+        W = sp.csr_matrix((vals, (i, cols)), shape=(N, N))
+        assert (W != net.layers[l]).nnz == 0
+    c, cap = pack_csc(net.layers[:2], alloc=np.zeros)
+    C = sp.csr_matrix((c[1][N + 1 + cap: N + 1 + cap + 32768].view(np.float32), c[1][N + 1: N + 1 + 32768],
+                       c[1][: N + 1]), shape=(N, N))
+    assert (C.T != net.layers[1]).nnz == 0

@@ -57,15 +57,20 @@ def group_permutation(N: int, g: int, seed: int) -> np.ndarray:
 
 
 def layer(N: int, l: int, seed: int = 0) -> sp.csr_matrix:
-    """W_l = P_g B_l (CSR float32, sorted indices)."""
-    B = base_pattern(N, l)
+    """W_l = P_g B_l (CSR float32, sorted indices), built directly: row perm[i] of W is row i of B,
+    and row a*M + i of B holds columns b*M + i and b*M + (i - p) mod M for b = 0..15."""
+    M = N // FAN
+    p = 1 << ((l - 1) % depth(N))
     perm = group_permutation(N, (l - 1) // depth(N), seed)
-    W = sp.csr_matrix((N, N), dtype=np.float32)
-    inv = np.empty(N, np.int64)
-    inv[perm] = np.arange(N)
-    W = B[inv]                     # W[perm[i]] = B[i]
-    W = sp.csr_matrix(W, dtype=np.float32)
-    W.sort_indices()
+    src = np.empty(N, np.int64)
+    src[perm] = np.arange(N)                  # W row r = B row src[r]
+    i = src % M
+    base = np.arange(FAN, dtype=np.int64) * M
+    cols = np.concatenate([base[None, :] + i[:, None], base[None, :] + ((i - p) % M)[:, None]], axis=1)
+    cols.sort(axis=1)
+    W = sp.csr_matrix((np.full(2 * FAN * N, VALUE, np.float32), cols.ravel().astype(np.int32),
+                       np.arange(N + 1, dtype=np.int64) * 2 * FAN), shape=(N, N))
+    W.has_sorted_indices = True
     return W
 
 

@@ -36,36 +36,49 @@ def sections(N: int, smem_bytes: int, num_secs: int = 0) -> int:
 
 # ------------------------------------------------------------------------------ packing (host)
 
-def pack_sectioned(layers: List[sp.csr_matrix], S: int) -> Tuple[np.ndarray, int]:
-    """Pinned (L, stride) int32 array, one row per layer: [col_w (S*N+1) | row_w (cap) | val (cap)]."""
-    from pipeline.gpu.transfer import pinned_like  # noqa: F401  (import check)
+def _pinned(shape, dtype):
     import pycuda.driver as drv
+    return drv.pagelocked_empty(shape, dtype)
+
+
+def pack_sectioned(layers: List[sp.csr_matrix], S: int, alloc=None) -> Tuple[np.ndarray, int]:
+    """(L, stride) int32 array (pinned unless ``alloc`` says otherwise), one row per layer:
+    [col_w (S*N+1) | row_w (cap) | val (cap)]. Row t*N + i of the sectioned CSR lists input
+    neuron i's targets j inside output section t = j // sec, sorted by j."""
     N = layers[0].shape[0]
     sec = N // S
     cap = max(w.nnz for w in layers)
     stride = -(-(S * N + 1 + 2 * cap) // 32) * 32
-    out = drv.pagelocked_empty((len(layers), stride), np.int32)
+    out = (alloc or _pinned)((len(layers), stride), np.int32)
     for l, W in enumerate(layers):
-        coo = W.tocoo()
-        i, j = coo.row.astype(np.int64), coo.col.astype(np.int64)
-        key = (j // sec) * N + i
-        order = np.lexsort((j, key))
+        W = W if W.has_sorted_indices else W.sorted_indices()
+        nnz = W.nnz
+        row = out[l]
+        vals = W.data.astype(np.float32, copy=False).view(np.int32)
+        if S == 1:
+            row[: N + 1] = W.indptr
+            row[N + 1: N + 1 + nnz] = W.indices
+            row[N + 1 + cap: N + 1 + cap + nnz] = vals
+            continue
+        j = W.indices
+        t = (j // sec).astype(np.int16 if S < 32768 else np.int32)
+        order = np.argsort(t, kind="stable")          # (section, i, j): CSR order is (i, j)
+        i = np.repeat(np.arange(N, dtype=np.int64), np.diff(W.indptr))
+        key = t.astype(np.int64) * N + i
         ptr = np.zeros(S * N + 1, np.int64)
         np.cumsum(np.bincount(key, minlength=S * N), out=ptr[1:])
-        row = out[l]
         row[: S * N + 1] = ptr
-        row[S * N + 1: S * N + 1 + W.nnz] = j[order]
-        row[S * N + 1 + cap: S * N + 1 + cap + W.nnz] = coo.data.astype(np.float32)[order].view(np.int32)
+        row[S * N + 1: S * N + 1 + nnz] = j[order]
+        row[S * N + 1 + cap: S * N + 1 + cap + nnz] = vals[order]
     return out, cap
 
 
-def pack_csc(layers: List[sp.csr_matrix]) -> Tuple[np.ndarray, int]:
-    """Pinned (L, stride) int32: [colptr (N+1) | rowidx (cap) | val (cap)] (= CSR of W^T)."""
-    import pycuda.driver as drv
+def pack_csc(layers: List[sp.csr_matrix], alloc=None) -> Tuple[np.ndarray, int]:
+    """(L, stride) int32 (pinned unless ``alloc``): [colptr (N+1) | rowidx (cap) | val (cap)] (= CSR of W^T)."""
     N = layers[0].shape[0]
     cap = max(w.nnz for w in layers)
     stride = -(-(N + 1 + 2 * cap) // 32) * 32
-    out = drv.pagelocked_empty((len(layers), stride), np.int32)
+    out = (alloc or _pinned)((len(layers), stride), np.int32)
     for l, W in enumerate(layers):
         C = sp.csc_matrix(W)
         C.sort_indices()

@@ -38,6 +38,12 @@ def test_reference_reproduces_official_golden_subset(net, shortcut):
     assert rows[:13].tolist() == [1098, 786, 415, 195, 98, 56, 31, 22, 21, 21, 20, 20, 20]
 
 
+def test_reference_parallel_equals_serial(net):
+    cats, rows = ref.infer(net.Y0, net.layers, net.bias, net.ymax)
+    pc, pr = ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, workers=3)
+    assert np.array_equal(pc, cats) and np.array_equal(pr, rows)
+
+
 def test_reference_bias_only_on_nonzeros():
     # a positive bias must not switch on structural zeros (MATLAB reference semantics)
     Y = sp.csr_matrix(np.array([[1, 0], [0, 0]], np.float32))

@@ -69,7 +69,7 @@ def load_network(cfg, N: int, L: int, images: int, small: bool, progress=None, n
                "v": 1}
 
         def build_golden():
-            cats, rows = ref.infer(net.Y0, net.layers, net.bias, net.ymax, True, progress)
+            cats, rows = ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, True, progress=progress)
             return {"categories": cats, "rows": rows}
         g = cached_arrays(str(cfg.cache_dir), "sparse-dnn-golden", key, build_golden)
         net.golden = g["categories"]
@@ -137,10 +137,10 @@ class SparseDnnModel(Model):
         repeats, warmup = int(m.repeats), int(m.warmup)
         if name == "cpu":
             t0 = time.perf_counter()
-            cats, rows = ref.infer(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut))
+            cats, rows = ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut))
             first = time.perf_counter() - t0
             med, iqr = (first, 0.0) if repeats <= 1 else self._time(
-                lambda: ref.infer(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut)),
+                lambda: ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut)),
                 repeats - 1, 0)
             info, tr_ms, cp_ms = {}, float("nan"), med * 1e3
         else:

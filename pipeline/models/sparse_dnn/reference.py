@@ -68,6 +68,28 @@ def infer(Y0: sp.csr_matrix, layers: List[sp.csr_matrix], bias: float, ymax: flo
     return cats, rows
 
 
+def infer_parallel(Y0: sp.csr_matrix, layers: List[sp.csr_matrix], bias: float, ymax: float,
+                   shortcut: bool = True, workers: int = 0, progress=None) -> Tuple[np.ndarray, np.ndarray]:
+    """:func:`infer` over row chunks in threads (rows are independent; SciPy's sparse products
+    release the GIL). Same answer as :func:`infer`."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+    n = Y0.shape[0]
+    workers = workers or min(16, os.cpu_count() or 1)
+    chunks = max(1, min(4 * workers, n // 256))
+    if workers == 1 or chunks == 1:
+        return infer(Y0, layers, bias, ymax, shortcut, progress)
+    bounds = np.linspace(0, n, chunks + 1).astype(np.int64)
+    jobs = list(zip(bounds[:-1], bounds[1:]))
+    with ThreadPoolExecutor(workers) as ex:
+        futs = [ex.submit(infer, Y0[b0:b1], layers, bias, ymax, shortcut) for b0, b1 in jobs]
+        it = progress(futs, desc="reference") if progress else futs
+        parts = [f.result() for f in it]
+    cats = np.concatenate([c + b0 for (c, _), (b0, _) in zip(parts, jobs)])
+    rows = np.sum([r for _, r in parts], axis=0)
+    return cats.astype(np.int64), rows
+
+
 def categories_equal(got: np.ndarray, golden: np.ndarray) -> Tuple[bool, str]:
     got = np.asarray(got, np.int64)
     golden = np.asarray(golden, np.int64)

@@ -10,7 +10,6 @@ whole file has been checked, so nothing is cached from a broken file.
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -9,7 +9,7 @@ images x edges / time (the paper's metric, edges/s).
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import numpy as np
 import scipy.sparse as sp

@@ -12,7 +12,7 @@ the deep part of the network into bookkeeping.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 import numpy as np
 import scipy.sparse as sp

@@ -304,3 +304,12 @@ def test_sectioned_csr_packing(net, S):
     C = sp.csr_matrix((c[1][N + 1 + cap: N + 1 + cap + 32768].view(np.float32), c[1][N + 1: N + 1 + 32768],
                        c[1][: N + 1]), shape=(N, N))
     assert (C.T != net.layers[1]).nnz == 0
+
+
+def test_cli_golden_mismatch_fails_run(cli, tmp_path, net):
+    d = tmp_path / "data" / "tiny"
+    _write_official(d, net, 3, 100, golden=np.array([0, 1, 2]))     # a wrong golden set
+    r = cli("model=sparse_dnn", "backend=cpu", "dataset=hpec_tsv", "dataset.path=tiny", "dataset.layers=3",
+            f"data_dir={tmp_path / 'data'}", f"cache_dir={tmp_path / 'cache'}")
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "categories differ from the golden set" in r.stderr

@@ -181,7 +181,7 @@ def _stamp(p: Path) -> str:
 
 
 def load_tsv(folder, N: int, L: int, images: int = 0, bias: Optional[float] = None, ymax: float = YMAX,
-             golden: str = "", cache_dir: Optional[str] = None, progress=None) -> Network:
+             golden: str = "", cache_dir: Optional[str] = None, progress=None, strict: bool = True) -> Network:
     """The official files from ``folder``: weights in ``folder`` or ``folder/neuron{N}/``, inputs
     ``sparse-images-{N}.tsv`` and golden ``neuron{N}-l{L}-categories.tsv`` (optional). Each
     parsed layer is cached under ``cache_dir`` keyed by the file's path, size and mtime."""
@@ -217,9 +217,9 @@ def load_tsv(folder, N: int, L: int, images: int = 0, bias: Optional[float] = No
     Y0 = sp.csr_matrix((a["data"], a["indices"], a["indptr"]), shape=tuple(a["shape"]))
     n_all = Y0.shape[0]
     if images:
-        if images > n_all:
+        if images > n_all and strict:
             raise DataError(f"{img}: has {n_all} images, dataset.images={images} asks for more")
-        Y0 = Y0[:images]
+        Y0 = Y0[:min(images, n_all)]
     gold = folder / (golden or f"neuron{N}-l{L}-categories.tsv")
     cats = None
     if gold.is_file():

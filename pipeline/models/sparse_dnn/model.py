@@ -43,7 +43,7 @@ def load_network(cfg, N: int, L: int, images: int, small: bool, progress=None, n
             raise ConfigError("dataset.path='' is not allowed: the folder holding the official TSV files")
         folder = find(cfg, str(d.path), "the official challenge TSV files")
         net = hpec.load_tsv(folder, N, L, images=images, bias=bias, ymax=ymax, golden=str(d.golden),
-                            cache_dir=str(cfg.cache_dir), progress=progress)
+                            cache_dir=str(cfg.cache_dir), progress=progress, strict=not small)
     else:
         n = images or radixnet.IMAGES
         kind = str(d.inputs)

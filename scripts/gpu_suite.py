@@ -140,7 +140,7 @@ def part_bench(out: Path, args) -> Dict[str, Any]:
 def part_sanitize(out: Path, args) -> Dict[str, Any]:
     results = []
     for name, mod in model_packages(args.models).items():
-        for overrides in getattr(mod, "SANITIZE", []):
+        for overrides in getattr(mod, "SANITIZE", [])[: args.sanitize_max or None]:
             for tool in ("memcheck", "racecheck"):
                 cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "20", sys.executable, "-m", "pipeline",
                        *overrides, "tracking.enabled=false", "progress=false", "backend=cuda",
@@ -284,6 +284,7 @@ def main() -> None:
     r.add_argument("--models", default="", help="comma-separated model packages (default: all)")
     r.add_argument("--bench-timeout", type=int, default=240)
     r.add_argument("--sanitize-timeout", type=int, default=240)
+    r.add_argument("--sanitize-max", type=int, default=0, help="at most this many SANITIZE configs a model (0: all)")
     r.add_argument("--tag", default="", help="suffix for the JSON file names")
     r.add_argument("pytest_args", nargs="*")
     g = sub.add_parser("render")

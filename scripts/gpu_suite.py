@@ -248,9 +248,10 @@ def render(files: List[Path]) -> str:
                 lines += ["Summary: " + ", ".join(f"{k[8:]} = {_fmt(v)}" for k, v in sorted(summ.items())), ""]
     for d in parts.get("sanitize", []):
         lines += [f"## compute-sanitizer ({d['date']}, {d['gpu']})", "",
-                  "| model | tool | run | errors | exit |", "|---|---|---|---|---|"]
+                  "| model | tool | run | errors / hazards | exit |", "|---|---|---|---|---|"]
         for s in d["data"]["results"]:
-            e = s["errors"] if s["errors"] is not None else "no summary"
+            e = (s["errors"] if s["errors"] is not None else
+                 f"{s['hazards']} hazards" if s.get("hazards") is not None else "no summary")
             lines.append(f"| {s['model']} | {s['tool']} | `{' '.join(s['overrides'])}` | {e} | {s['rc']} |")
         for s in d["data"]["results"]:
             if s["errors"]:

@@ -147,3 +147,23 @@ BENCH_COLUMNS = ["case", "variant", "kind", "graph", "median_ms", "iqr_ms", "rel
 def failures(rows: Sequence[Dict[str, Any]]) -> List[str]:
     return [f"{r['case']}/{r['variant']}: relative error {r['rel_err']:.3g} > {r['tol']:.1g}"
             for r in rows if not r.get("ok", True)]
+
+
+def best_metrics(rows: Sequence[Dict[str, Any]], baselines: Sequence[str]) -> Dict[str, float]:
+    """``summary/<case>/best_ms`` and ``best_x_vs_<baseline>`` of the fastest correct variant of
+    ours per case, and ``summary/objective`` (their mean time) for sweeps."""
+    best: Dict[str, Dict[str, Any]] = {}
+    for r in rows:
+        if r["kind"] == "ours" and r.get("ok"):
+            b = best.get(r["case"])
+            if b is None or r["median_ms"] < b["median_ms"]:
+                best[r["case"]] = r
+    out: Dict[str, float] = {}
+    for case, r in best.items():
+        out[f"summary/{case}/best_ms"] = r["median_ms"]
+        for b in baselines:
+            if f"x_vs_{b}" in r:
+                out[f"summary/{case}/best_x_vs_{b}"] = r[f"x_vs_{b}"]
+    if best:
+        out["summary/objective"] = float(np.mean([r["median_ms"] for r in best.values()]))
+    return out

@@ -65,7 +65,6 @@ def test_graph_replays_kernels_cupy_and_cublas(dev):
 
 
 def test_chunk_feeder_overlaps_and_delivers_every_chunk(dev):
-    import cupy
     from pipeline.gpu.transfer import ChunkFeeder, pinned_like
     r = np.random.default_rng()
     chunks = [(pinned_like(r.standard_normal(1000 + 10 * i).astype(np.float32)),) for i in range(7)]

@@ -61,8 +61,8 @@ def init(index: int = 0) -> DeviceInfo:
     reason = why_unavailable()
     if reason:
         raise GpuError(f"backend=cuda needs a GPU: {reason}; use backend=cpu to run the NumPy reference")
-    import pycuda.driver as drv
     import cupy
+    import pycuda.driver as drv
 
     n = drv.Device.count()
     if not 0 <= index < n:

@@ -54,24 +54,26 @@ def measure() -> Peaks:
     from pipeline.gpu import device
 
     info = device.info()
-    n = 64 * 1024 * 1024  # 256 MiB of float32 each way
-    src = cupy.random.random(n, dtype=cupy.float32)
-    dst = cupy.empty_like(src)
-    t = time_cuda(lambda: cupy.copyto(dst, src), _Bench)
-    copy_gbps = 2 * src.nbytes / (t.median_ms * 1e-3) / 1e9
-    del src, dst
-    m = 8192
-    a = cupy.random.standard_normal((m, m), dtype=cupy.float32)
-    b = cupy.random.standard_normal((m, m), dtype=cupy.float32)
-    c = cupy.empty_like(a)
-    res = {}
-    for prec in ("fp32", "tf32"):
+
+    def copy_gbps() -> float:
+        n = 64 * 1024 * 1024  # 256 MiB of float32 each way
+        src = cupy.random.random(n, dtype=cupy.float32)
+        dst = cupy.empty_like(src)
+        t = time_cuda(lambda: cupy.copyto(dst, src), _Bench)
+        return 2 * src.nbytes / (t.median_ms * 1e-3) / 1e9
+
+    def gemm_tflops(prec: str) -> float:
+        m = 8192
+        a = cupy.random.standard_normal((m, m), dtype=cupy.float32)
+        b = cupy.random.standard_normal((m, m), dtype=cupy.float32)
+        c = cupy.empty_like(a)
         with matmul_precision(prec):
             t = time_cuda(lambda: cupy.matmul(a, b, out=c), _Bench)
-        res[prec] = 2 * m ** 3 / (t.median_ms * 1e-3) / 1e12
-    del a, b, c
+        return 2 * m ** 3 / (t.median_ms * 1e-3) / 1e12
+
+    res = {"copy": copy_gbps(), "fp32": gemm_tflops("fp32"), "tf32": gemm_tflops("tf32")}
     cupy.get_default_memory_pool().free_all_blocks()
-    return Peaks(info.name, copy_gbps, res["fp32"], res["tf32"])
+    return Peaks(info.name, res["copy"], res["fp32"], res["tf32"])
 
 
 def get(cache_dir: str) -> Peaks:

@@ -9,7 +9,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from pipeline.bench import BENCH_COLUMNS, Case, Cost, Variant, failures, measure
+from pipeline.bench import BENCH_COLUMNS, Case, Cost, Variant, best_metrics, failures, measure
 from pipeline.config import check_variants
 from pipeline.models.argueta import reference as ref
 from pipeline.models.base import Model
@@ -72,19 +72,7 @@ def _lookup(ns, vals, n):
 
 
 def _best_metrics(rep: Report, rows, baselines) -> None:
-    best: Dict[str, Dict[str, Any]] = {}
-    for r in rows:
-        if r["kind"] == "ours" and r["ok"]:
-            b = best.get(r["case"])
-            if b is None or r["median_ms"] < b["median_ms"]:
-                best[r["case"]] = r
-    for case, r in best.items():
-        rep.metrics[f"summary/{case}/best_ms"] = r["median_ms"]
-        for b in baselines:
-            if f"x_vs_{b}" in r:
-                rep.metrics[f"summary/{case}/best_x_vs_{b}"] = r[f"x_vs_{b}"]
-    if best:
-        rep.metrics["summary/objective"] = float(np.mean([r["median_ms"] for r in best.values()]))
+    rep.metrics.update(best_metrics(rows, baselines))
 
 
 # ============================================================================ N-hot lookup

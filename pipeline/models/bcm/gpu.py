@@ -77,7 +77,6 @@ def add_bias(a, bias) -> None:
 
 def bias_grad(g, db) -> None:
     """db[c] = sum_r g[r, c] (db is overwritten)."""
-    import cupy
     R, C = g.shape
     db.fill(0)
     rb = max(1, min(_cdiv(R, 8 * 16), 1024))
@@ -117,7 +116,6 @@ class BcmLinear:
     # ------------------------------------------------------------------------------- products
     def _product(self, tag: str, P: Pass, A, B):
         """R (U, V, k') complex64 for the frequency-domain variants."""
-        import cupy
         kf = self.kf
         R = self._buf(f"R_{tag}", (P.U, P.V, kf), np.complex64)
         i32 = np.int32
@@ -201,7 +199,6 @@ class BcmLinear:
                             shared=(32 * (kf + 1) + k) * 8)
 
     def _forward_dft(self, x, w, bias):
-        import cupy
         n, p, q, k, kf = self.n, self.p, self.q, self.k, self.kf
         self.xt = self._buf("xt", (kf, n, q), np.complex64)
         self.wt = self._buf("wt", (kf, p, q), np.complex64)

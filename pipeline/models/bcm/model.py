@@ -6,7 +6,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from pipeline.bench import BENCH_COLUMNS, Case, Cost, Variant, failures, measure
+from pipeline.bench import BENCH_COLUMNS, Case, Cost, Variant, best_metrics, failures, measure
 from pipeline.config import check_variants
 from pipeline.models.base import Model
 from pipeline.models.bcm import reference as ref
@@ -169,19 +169,7 @@ class BcmModel(Model):
     def report(self) -> Report:
         cols = BENCH_COLUMNS[:1] + ["k", "n", "p", "q"] + BENCH_COLUMNS[1:] + [f"x_vs_{b}" for b in self.baselines]
         rep = Report(rows=self.rows, columns=cols, failures=self.failures)
-        best = {}
-        for r in self.rows:
-            if r["kind"] == "ours" and r["ok"]:
-                b = best.get(r["case"])
-                if b is None or r["median_ms"] < b["median_ms"]:
-                    best[r["case"]] = r
-        for case, r in best.items():
-            rep.metrics[f"summary/{case}/best_ms"] = r["median_ms"]
-            for b in self.baselines:
-                if f"x_vs_{b}" in r:
-                    rep.metrics[f"summary/{case}/best_x_vs_{b}"] = r[f"x_vs_{b}"]
-        if best:
-            rep.metrics["summary/objective"] = float(np.mean([r["median_ms"] for r in best.values()]))
+        rep.metrics.update(best_metrics(self.rows, self.baselines))
         rep.figures["speedup.png"] = speedup_plot(self.rows, self.baselines)
         return rep
 

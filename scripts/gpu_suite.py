@@ -118,8 +118,12 @@ def _read_runs(store: Path) -> List[Dict[str, Any]]:
 def part_bench(out: Path, args) -> Dict[str, Any]:
     store = Path(tempfile.mkdtemp(prefix="suite-mlflow-"))
     jobs = []
-    for name, mod in model_packages(args.models).items():
-        for overrides in mod.GPU_SUITE:
+    plan = [(name, ov) for name, mod in model_packages(args.models).items() for ov in mod.GPU_SUITE]
+    if args.extra:   # explicit runs instead of the models' GPU_SUITE lists
+        import shlex
+        plan = [("extra", shlex.split(e)) for e in args.extra]
+    for name, overrides in plan:
+        if True:
             cmd = [sys.executable, "-m", "pipeline", *overrides, f"tracking.dir={store}", "progress=false",
                    "backend=cuda", f"hydra.run.dir={store}/runs/{len(jobs)}"]
             log(f"bench {name}: {' '.join(overrides)}")
@@ -286,6 +290,8 @@ def main() -> None:
     r.add_argument("--bench-timeout", type=int, default=240)
     r.add_argument("--sanitize-timeout", type=int, default=240)
     r.add_argument("--sanitize-max", type=int, default=0, help="at most this many SANITIZE configs a model (0: all)")
+    r.add_argument("--extra", action="append", default=[],
+                   help="benchmark these overrides (a quoted string, repeatable) instead of GPU_SUITE")
     r.add_argument("--tag", default="", help="suffix for the JSON file names")
     r.add_argument("pytest_args", nargs="*")
     g = sub.add_parser("render")

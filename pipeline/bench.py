@@ -104,6 +104,7 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
             outputs = run()          # eager: plans, buffers, compilation
             ctx.sync()
             row["graph"] = "-"
+            stream = None
             if ctx.cuda and v.graph and ctx.cfg.bench.get("cuda_graph", False):
                 from pipeline.gpu.graphs import try_capture
                 replay, captured = try_capture(run, ctx.notice, f"{case.name}/{v.name}")
@@ -111,6 +112,7 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
                 if captured:
                     _poison(getattr(run, "poison", None), replay)
                     run = replay
+                    stream = replay.__self__.stream   # time the replays on the stream they run on
                 outputs = run()
                 ctx.sync()
             errs = (v.check or compare)(outputs, expected)
@@ -118,7 +120,7 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
             tol = v.tolerance if v.tolerance is not None else tolerance
             ok = bool(np.isfinite(err) and err <= tol)
             row.update(rel_err=err, tol=tol, ok=ok)
-            t = ctx.time(run)
+            t = ctx.time(run, stream=stream)
             row.update(median_ms=t.median_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms, reps=t.n)
             if v.cost is not None:
                 c = v.cost(case)

@@ -36,7 +36,11 @@ class Context:
         import numpy
         return numpy
 
-    def time(self, fn: Callable[[], object]) -> Timing:
+    def time(self, fn: Callable[[], object], stream=None) -> Timing:
+        """Time ``fn``; on the GPU with events on ``stream`` (default: the legacy default stream),
+        which must be the stream ``fn`` enqueues its work on."""
+        if self.cuda:
+            return timer_for("cuda")(fn, self.cfg.bench, stream=stream)
         return timer_for(self.backend)(fn, self.cfg.bench)
 
     def notice(self, msg: str) -> None:

@@ -67,8 +67,8 @@ def part_tests(out: Path, args) -> Dict[str, Any]:
            "--timeout", "300"] + (args.pytest_args or [])
     log("pytest: " + " ".join(cmd[2:]))
     t0 = time.time()
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    tail = (r.stdout + r.stderr)[-4000:]
+    rc, text = _run(cmd, 3000)
+    tail = text[-4000:]
     print(tail, flush=True)
     tests = []
     if xml.is_file():
@@ -83,12 +83,21 @@ def part_tests(out: Path, args) -> Dict[str, Any]:
                     msg = (el.get("message") or "")[:300]
             tests.append({"id": f"{tc.get('classname')}::{tc.get('name')}", "outcome": outcome,
                           "seconds": float(tc.get("time") or 0), "message": msg})
-    return {"rc": r.returncode, "seconds": time.time() - t0, "tests": tests, "summary": _pytest_summary(tail)}
+    return {"rc": rc, "seconds": time.time() - t0, "tests": tests, "summary": _pytest_summary(tail)}
 
 
 def _pytest_summary(text: str) -> str:
     lines = [l for l in text.splitlines() if re.search(r"\d+ (passed|failed|error)", l)]
     return lines[-1].strip("= ") if lines else ""
+
+
+def _run(cmd: List[str], timeout: int):
+    """(exit code, stdout + stderr) of ``cmd`` run from the project root; 124 on timeout."""
+    try:
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        return r.returncode, r.stdout + r.stderr
+    except subprocess.TimeoutExpired as e:
+        return 124, f"timed out after {timeout} s\n" + str(e.stdout or "")[-2000:]
 
 
 def _read_runs(store: Path) -> List[Dict[str, Any]]:
@@ -123,20 +132,15 @@ def part_bench(out: Path, args) -> Dict[str, Any]:
         import shlex
         plan = [("extra", shlex.split(e)) for e in args.extra]
     for name, overrides in plan:
-        if True:
-            cmd = [sys.executable, "-m", "pipeline", *overrides, f"tracking.dir={store}", "progress=false",
-                   "backend=cuda", f"hydra.run.dir={store}/runs/{len(jobs)}"]
-            log(f"bench {name}: {' '.join(overrides)}")
-            t0 = time.time()
-            try:
-                r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.bench_timeout)
-                rc, text = r.returncode, r.stdout + r.stderr
-            except subprocess.TimeoutExpired as e:
-                rc, text = 124, f"timed out after {args.bench_timeout} s\n" + str(e.stdout or "")[-2000:]
-            print(text[-3000:], flush=True)
-            errors = [l for l in text.splitlines() if l.startswith("error:") or "Error" in l][-3:]
-            jobs.append({"model": name, "overrides": overrides, "rc": rc, "seconds": time.time() - t0,
-                         "errors": errors})
+        cmd = [sys.executable, "-m", "pipeline", *overrides, f"tracking.dir={store}", "progress=false",
+               "backend=cuda", f"hydra.run.dir={store}/runs/{len(jobs)}"]
+        log(f"bench {name}: {' '.join(overrides)}")
+        t0 = time.time()
+        rc, text = _run(cmd, args.bench_timeout)
+        print(text[-3000:], flush=True)
+        errors = [l for l in text.splitlines() if l.startswith("error:") or "Error" in l][-3:]
+        jobs.append({"model": name, "overrides": overrides, "rc": rc, "seconds": time.time() - t0,
+                     "errors": errors})
     runs = _read_runs(store)
     return {"jobs": jobs, "runs": runs}
 
@@ -151,11 +155,7 @@ def part_sanitize(out: Path, args) -> Dict[str, Any]:
                        "hydra.run.dir=/tmp/suite-sanitize"]
                 log(f"sanitize {tool} {name}: {' '.join(overrides)}")
                 t0 = time.time()
-                try:
-                    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.sanitize_timeout)
-                    rc, text = r.returncode, r.stdout + r.stderr
-                except subprocess.TimeoutExpired as e:
-                    rc, text = 124, f"timed out after {args.sanitize_timeout} s " + str(e.stdout or "")[-1000:]
+                rc, text = _run(cmd, args.sanitize_timeout)
                 m = re.findall(r"ERROR SUMMARY: (\d+) error", text)
                 hazards = re.findall(r"RACECHECK SUMMARY: (\d+) hazard", text)
                 errs = int(m[-1]) if m else None

@@ -18,12 +18,18 @@ class BcmConf(ModelConf):
 store("model", "schema_bcm", BcmConf)
 
 
+def check_block_sizes(m, lo: int, hi: int, why: str = "") -> None:
+    """Every block size of a BCM model config (``block_sizes`` or ``block_size``) is a power of two
+    in [lo, hi]; shared by model=bcm and model=bcm_cnn."""
+    for k in list(m.block_sizes) or [m.block_size]:
+        require(is_pow2(k), "block_size", k, "a power of two (e.g. 16, 32, 64)")
+        require(lo <= k <= hi, "block_size", k, f"between {lo} and {hi}{why}")
+
+
 @validator("bcm")
 def _check(cfg) -> None:
     m = cfg.model
-    for k in list(m.block_sizes) or [m.block_size]:
-        require(is_pow2(k), "block_size", k, "a power of two (e.g. 16, 32, 64)")
-        require(4 <= k <= 256, "block_size", k, "between 4 and 256")
+    check_block_sizes(m, 4, 256)
     for name in m.layers:
         require(name in LAYERS, "model.layers", name, f"one of {', '.join(LAYERS)}")
     from pipeline.models.bcm.model import BcmModel

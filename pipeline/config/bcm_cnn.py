@@ -2,7 +2,8 @@
 from dataclasses import dataclass, field
 from typing import List
 
-from pipeline.config import ModelConf, is_pow2, require, store, validator
+from pipeline.config import ModelConf, require, store, validator
+from pipeline.config.bcm import check_block_sizes
 
 DATASETS = ("cifar10", "mnist", "digits")
 BCM_VARIANTS = ("baseline", "o1", "o2", "fused", "tiled", "cgemm", "dft")
@@ -35,9 +36,7 @@ store("model", "schema_bcm_cnn", BcmCnnConf)
 @validator("bcm_cnn")
 def _check(cfg) -> None:
     m = cfg.model
-    for k in list(m.block_sizes) or [m.block_size]:
-        require(is_pow2(k), "block_size", k, "a power of two (e.g. 16, 32, 64)")
-        require(2 <= k <= 64, "block_size", k, "between 2 and 64 (the tiled kernel's limit)")
+    check_block_sizes(m, 2, 64, " (the tiled kernel's limit)")
     require(cfg.dataset.name in DATASETS, "dataset", cfg.dataset.name, f"one of {', '.join(DATASETS)} for model=bcm_cnn")
     require(cfg.kernel.name in BCM_VARIANTS + CPU_VARIANTS, "kernel", cfg.kernel.name,
             f"one of {', '.join(BCM_VARIANTS + CPU_VARIANTS)} for model=bcm_cnn")

@@ -4,6 +4,13 @@ Policy (same for ours and for baselines): ``warmup`` untimed calls first (compil
 cuBLAS handles stay out of the numbers), then timed calls until at least ``min_repeats`` calls and
 ``min_time_ms`` of measured time (at most ``max_repeats``). Reported: median, interquartile range,
 minimum and count.
+
+On the GPU the number is device time: before each timed call a short "hold" kernel
+(``cuda/common/hold.cu``) keeps the stream busy while the host issues the call, so an idle GPU does
+not count the host's launch latency (a few microseconds, which would otherwise dominate kernels that
+take one or two). The hold lasts twice the host's issue time measured in the warm-up (at least
+20 us); calls that take the host longer than ``HOLD_MAX_US`` to issue (host-synchronising work) are
+timed without it. ``bench.hold: false`` turns it off (then the host's issue time is included).
 """
 from __future__ import annotations
 
@@ -50,16 +57,33 @@ def time_cpu(fn: Callable[[], object], bench) -> Timing:
     return Timing.of(samples)
 
 
+HOLD_MIN_US = 20.0
+HOLD_MAX_US = 2000.0
+
+
+def hold_kernel():
+    from pipeline.gpu import kernels
+    return kernels.load("common", "hold.cu").kernel("hold_ns", "Q")
+
+
 def time_cuda(fn: Callable[[], object], bench, stream=None) -> Timing:
     """Time ``fn`` (which enqueues device work on ``stream``, default the null stream) with CUDA
-    events recorded around every call; events are read in batches so the host does not stall the
-    queue between calls."""
+    events recorded around every call (each after a hold kernel, see the module's docstring);
+    events are read in batches so the host does not stall the queue between calls."""
     import pycuda.driver as drv
 
     warmup, min_rep, max_rep, min_ms = _policy(bench)
-    for _ in range(warmup):
+    issue_us = []
+    for _ in range(max(warmup, 1)):
+        t0 = time.perf_counter()
         fn()
-    drv.Context.synchronize()
+        issue_us.append((time.perf_counter() - t0) * 1e6)
+        drv.Context.synchronize()
+    host_us = float(np.median(issue_us))
+    hold = None
+    if getattr(bench, "hold", True) and host_us <= HOLD_MAX_US:
+        hold = hold_kernel()
+        hold_ns = np.uint64(max(HOLD_MIN_US, 2.0 * host_us) * 1e3)
     samples: List[float] = []
     total = 0.0
     batch = 5
@@ -67,6 +91,8 @@ def time_cuda(fn: Callable[[], object], bench, stream=None) -> Timing:
         pairs = []
         for _ in range(min(batch, max_rep - len(samples))):
             start, end = drv.Event(), drv.Event()
+            if hold is not None:
+                hold((1,), (1,), hold_ns, stream=stream)
             start.record(stream)
             fn()
             end.record(stream)

@@ -8,7 +8,7 @@ from pipeline.models.bcm import reference as ref
 
 pytestmark = pytest.mark.gpu
 
-VARIANTS = ["baseline", "o1", "o2", "fused", "tiled", "cgemm", "dft", "dense_fp32", "dense_tf32"]
+VARIANTS = ["baseline", "o1", "o2", "fused", "tiled", "cgemm", "dft", "dft3m", "dense_fp32", "dense_tf32"]
 FC_SHAPES = [(7, 100, 200, 16), (33, 64, 96, 32), (5, 100, 130, 64), (130, 256, 512, 16)]
 
 

@@ -42,6 +42,7 @@ class BenchConf:
     max_repeats: int = 200       # timed calls at most
     min_time_ms: float = 100.0   # keep repeating until this much device time is measured
     cuda_graph: bool = True      # replay variants that allow it (Variant.graph) as one CUDA graph
+    hold: bool = True            # GPU: a hold kernel hides the host's issue time (device time only)
 
 
 @dataclass

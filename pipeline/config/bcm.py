@@ -5,6 +5,8 @@ from typing import List
 from pipeline.config import ModelConf, check_variants, is_pow2, require, store, validator
 
 LAYERS = ("A", "B", "C")
+# Our GPU variants of a BCM layer (pipeline/models/bcm/gpu.py), used by model=bcm and model=bcm_cnn.
+BCM_VARIANTS = ("baseline", "o1", "o2", "fused", "tiled", "cgemm", "dft", "dft3m")
 
 
 @dataclass

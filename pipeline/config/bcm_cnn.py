@@ -3,10 +3,9 @@ from dataclasses import dataclass, field
 from typing import List
 
 from pipeline.config import ModelConf, require, store, validator
-from pipeline.config.bcm import check_block_sizes
+from pipeline.config.bcm import BCM_VARIANTS, check_block_sizes
 
 DATASETS = ("cifar10", "mnist", "digits")
-BCM_VARIANTS = ("baseline", "o1", "o2", "fused", "tiled", "cgemm", "dft")
 CPU_VARIANTS = ("cpu", "cpu_fft")
 
 

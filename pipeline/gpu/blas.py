@@ -19,6 +19,7 @@ _ZERO64C = np.zeros(1, np.complex64)
 
 
 _lib = None
+_handles: dict = {}      # side-stream pointer -> its own cuBLAS handle (see _handle)
 OP_N, OP_T = 0, 1
 DEFAULT_MATH = 0
 
@@ -40,6 +41,8 @@ def _cublas():
         vp, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
         _lib.cublasSgemm_v2.argtypes = [vp, i, i, i, i, i, vp, vp, i, vp, i, vp, vp, i]
         _lib.cublasCgemmStridedBatched.argtypes = [vp, i, i, i, i, i, vp, vp, i, ll, vp, i, ll, vp, vp, i, ll, i]
+        _lib.cublasCgemm3mStridedBatched.argtypes = _lib.cublasCgemmStridedBatched.argtypes
+        _lib.cublasCreate_v2.argtypes = [ctypes.POINTER(vp)]
         _lib.cublasSetStream_v2.argtypes = [vp, vp]
         _lib.cublasSetMathMode.argtypes = [vp, i]
     return _lib
@@ -52,10 +55,22 @@ def _check(rc: int, what: str) -> None:
 
 
 def _handle(precision: str):
+    """A handle bound to CuPy's current stream: CuPy's own, except on the side streams of
+    :func:`pipeline.gpu.graphs.parallel`, which get one each (GEMMs running concurrently must not
+    share a handle's workspace; the eager warm-up creates them, outside any capture)."""
     import cupy
+    from pipeline.gpu.graphs import side_stream_ptrs
     lib = _cublas()
-    h = ctypes.c_void_p(cupy.cuda.device.get_cublas_handle())
-    _check(lib.cublasSetStream_v2(h, ctypes.c_void_p(cupy.cuda.get_current_stream().ptr)), "cublasSetStream")
+    sp = cupy.cuda.get_current_stream().ptr
+    if sp not in side_stream_ptrs():
+        h = ctypes.c_void_p(cupy.cuda.device.get_cublas_handle())
+    else:
+        h = _handles.get(sp)
+        if h is None:
+            h = ctypes.c_void_p()
+            _check(lib.cublasCreate_v2(ctypes.byref(h)), "cublasCreate")
+            _handles[sp] = h
+    _check(lib.cublasSetStream_v2(h, ctypes.c_void_p(sp)), "cublasSetStream")
     _check(lib.cublasSetMathMode(h, _TF32_MATH if precision == "tf32" else DEFAULT_MATH), "cublasSetMathMode")
     return h, lib
 
@@ -85,12 +100,14 @@ def sgemm(a, b, out, trans_a: bool = False, trans_b: bool = False, precision: st
     return out
 
 
-def cgemm_batched(a, b, out, trans_a: bool = False, trans_b: bool = False):
-    """out[i] (m, n) complex64 = op(a[i]) @ op(b[i]) for C-contiguous 3-D CuPy arrays (strict fp32)."""
+def cgemm_batched(a, b, out, trans_a: bool = False, trans_b: bool = False, gauss: bool = False):
+    """out[i] (m, n) complex64 = op(a[i]) @ op(b[i]) for C-contiguous 3-D CuPy arrays (fp32;
+    ``gauss``: cuBLAS's 3M algorithm, three real products per complex one instead of four)."""
     m, n, k = _dims(a, b, trans_a, trans_b)
     batch = a.shape[0]
     h, lib = _handle("fp32")
-    _check(lib.cublasCgemmStridedBatched(h, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
+    fn = lib.cublasCgemm3mStridedBatched if gauss else lib.cublasCgemmStridedBatched
+    _check(fn(h, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
                                          _ONE64C.ctypes.data, b.data.ptr, b.shape[2], b.shape[1] * b.shape[2],
                                          a.data.ptr, a.shape[2], a.shape[1] * a.shape[2],
                                          _ZERO64C.ctypes.data, out.data.ptr, n, m * n, batch), "cublasCgemmStridedBatched")

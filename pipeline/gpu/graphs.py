@@ -100,6 +100,48 @@ class Graph:
             pass
 
 
+_side: list = []
+
+
+def side_streams(n: int) -> list:
+    """``n`` side streams, created on first use and reused afterwards (also inside captures)."""
+    import pycuda.driver as drv
+    while len(_side) < n:
+        _side.append(drv.Stream())
+    return _side[:n]
+
+
+def side_stream_ptrs() -> set:
+    return {s.handle for s in _side}
+
+
+def parallel(*fns: Callable[[], Any]) -> list:
+    """Run each ``fn`` on its own side stream, after the work queued so far on the current stream,
+    and make the current stream wait for all of them (fork/join; inside a capture this gives the
+    graph parallel branches). Returns the functions' results. A branch that calls cuBLAS gets its
+    own handle (:mod:`pipeline.gpu.blas` keeps one per stream)."""
+    import pycuda.driver as drv
+    main = current_stream()
+    streams = side_streams(len(fns))
+    flags = drv.event_flags.DISABLE_TIMING
+    if main is not None:
+        fork = drv.Event(flags)
+        fork.record(main)
+    outs, joins = [], []
+    for fn, s in zip(fns, streams):
+        if main is not None:       # (side streams are blocking: the legacy stream orders them itself)
+            s.wait_for_event(fork)
+        with on_stream(s):
+            outs.append(fn())
+        if main is not None:
+            e = drv.Event(flags)
+            e.record(s)
+            joins.append(e)
+    for e in joins:
+        main.wait_for_event(e)
+    return outs
+
+
 def try_capture(fn: Callable[[], Any], notice: Optional[Callable[[str], None]] = None, name: str = ""):
     """A replay function for ``fn`` through a CUDA graph, or ``fn`` itself (with a notice) when the
     work cannot be captured (a host synchronisation inside it, say)."""

@@ -13,11 +13,12 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from pipeline.bench import Case, Variant
-from pipeline.gpu import blas, kernels
+from pipeline.config.bcm import BCM_VARIANTS
+from pipeline.gpu import blas, graphs, kernels
 from pipeline.gpu.transfer import upload_all
 from pipeline.models.bcm import reference as ref
 
-OURS = ("baseline", "o1", "o2", "fused", "tiled", "cgemm", "dft")
+OURS = BCM_VARIANTS
 THREADS = 256
 
 
@@ -93,6 +94,7 @@ class BcmLinear:
             raise ValueError(f"the {variant} variant supports block_size <= 64 (k' * 16 threads per block)")
         self.p, self.q, self.k, self.variant = p, q, k, variant
         self.kf = k // 2 + 1
+        self.gauss = variant == "dft3m"          # cuBLAS 3M complex GEMMs (3 real products, not 4)
         self._bufs: Dict[Tuple, object] = {}
         from pipeline.gpu import device
         self.sms = device.info().sm_count
@@ -203,7 +205,8 @@ class BcmLinear:
         self.xt = self._buf("xt", (kf, n, q), np.complex64)
         self.wt = self._buf("wt", (kf, p, q), np.complex64)
         self._dft_rows([(x, self.xt, 0), (w, self.wt, 0)])
-        at = blas.cgemm_batched(self.xt, self.wt, self._buf("at", (kf, n, p), np.complex64), trans_b=True)
+        at = blas.cgemm_batched(self.xt, self.wt, self._buf("at", (kf, n, p), np.complex64), trans_b=True,
+                                gauss=self.gauss)
         a = self._buf("a", (n, p * k), np.float32)
         self._idft_rows([(at, a, bias, p, 0)])
         return a
@@ -214,9 +217,12 @@ class BcmLinear:
         db = self._buf("db", (p * k,), np.float32)
         self._dft_rows([(g, gc, 1)], zero=[db])
         R, C = g.shape
-        _k("bcm_bias_grad")((_cdiv(C, 32), max(1, min(_cdiv(R, 8 * 16), 1024))), (32, 8), g, db, np.int32(R), np.int32(C))
-        dwt = blas.cgemm_batched(gc, self.xt, self._buf("dwt", (kf, p, q), np.complex64), trans_a=True)
-        dxt = blas.cgemm_batched(gc, self.wt, self._buf("dxt", (kf, n, q), np.complex64))
+        dwt, dxt, _ = graphs.parallel(       # the two products and the bias gradient run concurrently
+            lambda: blas.cgemm_batched(gc, self.xt, self._buf("dwt", (kf, p, q), np.complex64), trans_a=True,
+                                       gauss=self.gauss),
+            lambda: blas.cgemm_batched(gc, self.wt, self._buf("dxt", (kf, n, q), np.complex64), gauss=self.gauss),
+            lambda: _k("bcm_bias_grad")((_cdiv(C, 32), max(1, min(_cdiv(R, 8 * 16), 1024))), (32, 8), g, db,
+                                        np.int32(R), np.int32(C)))
         dw = self._buf("dw", (p, q, k), np.float32)
         dx = self._buf("dx", (n, q * k), np.float32)
         self._idft_rows([(dwt, dw, None, 1, 1), (dxt, dx, None, 1, 1)])
@@ -234,7 +240,7 @@ class BcmLinear:
         n = x.shape[0]
         p, q, k, kf = self.p, self.q, self.k, self.kf
         self.n, self.x, self.w = n, x, w
-        if self.variant == "dft":
+        if self.variant in ("dft", "dft3m"):
             return self._forward_dft(x, w, bias)
         self.xf = cupy.fft.rfft(x.reshape(n, q, k), axis=-1)
         self.wf = cupy.fft.rfft(w, axis=-1)
@@ -257,7 +263,7 @@ class BcmLinear:
         """g = dL/da (n, p*k) -> (dw (p, q, k), dx (n, q*k), db (p*k,))."""
         import cupy
         n, p, q, k, kf = self.n, self.p, self.q, self.k, self.kf
-        if self.variant == "dft":
+        if self.variant in ("dft", "dft3m"):
             return self._backward_dft(g)
         db = self._buf("db", (p * k,), np.float32)
         bias_grad(g, db)
@@ -271,10 +277,11 @@ class BcmLinear:
             return dw, dx, db
         if self.variant == "cgemm":
             gt = cupy.ascontiguousarray(gf.transpose(2, 0, 1))           # (k', n, p)
-            dwf = blas.cgemm_batched(gt, cupy.conj(self.xt), cupy.empty((kf, p, q), cupy.complex64), trans_a=True)
-            dxf = blas.cgemm_batched(gt, cupy.conj(self.wt), cupy.empty((kf, n, q), cupy.complex64))
-            dw = cupy.fft.irfft(dwf.transpose(1, 2, 0), n=k, axis=-1)
-            dx = cupy.fft.irfft(dxf.transpose(1, 2, 0), n=k, axis=-1).reshape(n, q * k)
+            dw, dx = graphs.parallel(
+                lambda: cupy.fft.irfft(blas.cgemm_batched(gt, cupy.conj(self.xt), cupy.empty((kf, p, q), cupy.complex64),
+                                                          trans_a=True).transpose(1, 2, 0), n=k, axis=-1),
+                lambda: cupy.fft.irfft(blas.cgemm_batched(gt, cupy.conj(self.wt), cupy.empty((kf, n, q), cupy.complex64))
+                                       .transpose(1, 2, 0), n=k, axis=-1).reshape(n, q * k))
             return dw, dx, db
         dwR = self._product("dw", ps["dw"], gf, self.xf)
         dxR = self._product("dx", ps["dx"], gf, self.wf)

@@ -8,6 +8,7 @@ import numpy as np
 
 from pipeline.bench import BENCH_COLUMNS, Case, Cost, Variant, best_metrics, failures, measure
 from pipeline.config import check_variants
+from pipeline.config.bcm import BCM_VARIANTS
 from pipeline.models.base import Model
 from pipeline.models.bcm import reference as ref
 from pipeline.results import Report
@@ -27,7 +28,7 @@ SMALL = {
 PAPER_SPEEDUP = {("A", 16): 1.12, ("A", 32): 2.1, ("A", 64): 3.5,
                  ("B", 16): 1.06, ("B", 32): 1.39, ("B", 64): 1.64}
 
-GPU_OURS = ["baseline", "o1", "o2", "fused", "tiled", "cgemm", "dft"]
+GPU_OURS = list(BCM_VARIANTS)
 GPU_BASELINES = ["dense_fp32", "dense_tf32"]
 CPU_OURS = ["cpu_fft"]
 CPU_BASELINES = ["cpu_dense"]

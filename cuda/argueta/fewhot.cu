@@ -22,9 +22,20 @@ extern "C" __global__ void fewhot_paper(const int* __restrict__ indptr, const in
 // float4 loads and stores (needs M % 4 == 0 and 16-byte aligned B and C; the host checks), the
 // non-zeros of the row are read once per thread (warp-uniform, cached), two accumulators hide the
 // load latency. grid = (ceil(M / (4 * blockDim.x)), L).
-extern "C" __global__ void fewhot_vec4(const int* __restrict__ indptr, const int* __restrict__ indices,
-                                       const float* __restrict__ vals, const float* __restrict__ B,
-                                       float* __restrict__ C, int L, int M)
+// NHOT > 0: every row has exactly nhot non-zeros (indptr[l] = l * nhot, checked by the host), so
+// the row-pointer load drops out of the chain of dependent loads (pointer -> index -> row of B),
+// which is what a lookup of a few rows waits on.
+template <bool NHOT>
+__device__ __forceinline__ void row_span(const int* __restrict__ indptr, int l, int nhot, int& k, int& end)
+{
+    if (NHOT) { k = l * nhot; end = k + nhot; }
+    else { k = __ldg(indptr + l); end = __ldg(indptr + l + 1); }
+}
+
+template <bool NHOT>
+__device__ __forceinline__ void vec4_body(const int* __restrict__ indptr, const int* __restrict__ indices,
+                                          const float* __restrict__ vals, const float* __restrict__ B,
+                                          float* __restrict__ C, int L, int M, int nhot)
 {
     const int l = blockIdx.y;
     const int q = blockIdx.x * blockDim.x + threadIdx.x;     // float4 column
@@ -32,8 +43,8 @@ extern "C" __global__ void fewhot_vec4(const int* __restrict__ indptr, const int
     if (q >= M4) return;
     const float4* __restrict__ B4 = reinterpret_cast<const float4*>(B);
     float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
-    int k = __ldg(indptr + l);
-    const int end = __ldg(indptr + l + 1);
+    int k, end;
+    row_span<NHOT>(indptr, l, nhot, k, end);
     for (; k + 1 < end; k += 2) {
         const int z0 = __ldg(indices + k), z1 = __ldg(indices + k + 1);
         const float v0 = __ldg(vals + k), v1 = __ldg(vals + k + 1);
@@ -52,16 +63,17 @@ extern "C" __global__ void fewhot_vec4(const int* __restrict__ indptr, const int
 }
 
 // The same mapping, one column per thread, for any M or alignment. grid = (ceil(M / blockDim.x), L).
-extern "C" __global__ void fewhot_vec1(const int* __restrict__ indptr, const int* __restrict__ indices,
-                                       const float* __restrict__ vals, const float* __restrict__ B,
-                                       float* __restrict__ C, int L, int M)
+template <bool NHOT>
+__device__ __forceinline__ void vec1_body(const int* __restrict__ indptr, const int* __restrict__ indices,
+                                          const float* __restrict__ vals, const float* __restrict__ B,
+                                          float* __restrict__ C, int L, int M, int nhot)
 {
     const int l = blockIdx.y;
     const int m = blockIdx.x * blockDim.x + threadIdx.x;
     if (m >= M) return;
     float a = 0.f, b = 0.f;
-    int k = __ldg(indptr + l);
-    const int end = __ldg(indptr + l + 1);
+    int k, end;
+    row_span<NHOT>(indptr, l, nhot, k, end);
     for (; k + 1 < end; k += 2) {
         a = fmaf(__ldg(vals + k), __ldg(B + (size_t)__ldg(indices + k) * M + m), a);
         b = fmaf(__ldg(vals + k + 1), __ldg(B + (size_t)__ldg(indices + k + 1) * M + m), b);
@@ -69,3 +81,14 @@ extern "C" __global__ void fewhot_vec1(const int* __restrict__ indptr, const int
     if (k < end) a = fmaf(__ldg(vals + k), __ldg(B + (size_t)__ldg(indices + k) * M + m), a);
     C[(size_t)l * M + m] = a + b;
 }
+
+#define FEWHOT_ENTRY(name, body, nhot_flag)                                                              \
+    extern "C" __global__ void name(const int* __restrict__ indptr, const int* __restrict__ indices,     \
+                                    const float* __restrict__ vals, const float* __restrict__ B,         \
+                                    float* __restrict__ C, int L, int M, int nhot)                       \
+    { body<nhot_flag>(indptr, indices, vals, B, C, L, M, nhot); }
+
+FEWHOT_ENTRY(fewhot_vec4, vec4_body, false)
+FEWHOT_ENTRY(fewhot_vec1, vec1_body, false)
+FEWHOT_ENTRY(fewhot_vec4_nhot, vec4_body, true)
+FEWHOT_ENTRY(fewhot_vec1_nhot, vec1_body, true)

@@ -319,7 +319,17 @@ __device__ __forceinline__ void zero_span(float* p, long long n, long long gtid,
     for (long long i = gtid; i < n; i += gstride) p[i] = 0.f;
 }
 
-// grid (ceil(max rows / DFT_ROWS), nseg), block 256; dynamic smem: DFT_ROWS*(K+1) floats + K float2.
+// Register blocking: a thread of bcm_dft_rows computes DFT_DR rows x DFT_DF frequencies (rows
+// rg + j*RG, frequencies fg + i*FG), so each shared-memory read of x or of a twiddle feeds several
+// FMAs; a thread of bcm_idft_rows computes IDFT_DR rows x IDFT_DT times. Shared-memory reads, not
+// FLOPs, bound these transforms. The host sizes blocks from the same constants.
+#define DFT_DR 2
+#define DFT_DF 4
+#define IDFT_DR 4
+#define IDFT_DT 2
+
+// grid (ceil(max rows / DFT_ROWS), nseg), block >= (DFT_ROWS/DFT_DR) * ceil(KF/DFT_DF) threads (any
+// count works); dynamic smem: DFT_ROWS*(K+1) floats + K float2.
 extern "C" __global__ void bcm_dft_rows(const float* __restrict__ in0, float2* __restrict__ out0, int rows0, int conj0,
                                         const float* __restrict__ in1, float2* __restrict__ out1, int rows1, int conj1,
                                         const float* __restrict__ in2, float2* __restrict__ out2, int rows2, int conj2,
@@ -349,22 +359,44 @@ extern "C" __global__ void bcm_dft_rows(const float* __restrict__ in0, float2* _
         xs[r * (K + 1) + t] = in[(size_t)r0 * K + i];
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nr * KF; i += blockDim.x) {
-        int r = i % nr, f = i / nr;               // r fastest: coalesced frequency-major stores
-        const float* x = xs + r * (K + 1);
-        float re = 0.f, im = 0.f;
-        #pragma unroll 8
+    const int RG = DFT_ROWS / DFT_DR, FG = (KF + DFT_DF - 1) / DFT_DF;
+    for (int u = threadIdx.x; u < RG * FG; u += blockDim.x) {
+        int rg = u % RG, fg = u / RG;             // rg fastest: coalesced frequency-major stores
+        float re[DFT_DR][DFT_DF], im[DFT_DR][DFT_DF];
+        #pragma unroll
+        for (int j = 0; j < DFT_DR; ++j)
+            #pragma unroll
+            for (int i = 0; i < DFT_DF; ++i) re[j][i] = im[j][i] = 0.f;
+        #pragma unroll 4
         for (int t = 0; t < K; ++t) {
-            float2 w = tw[(f * t) & (K - 1)];
-            re = fmaf(x[t], w.x, re);
-            im = fmaf(x[t], w.y, im);
+            float x[DFT_DR];
+            #pragma unroll
+            for (int j = 0; j < DFT_DR; ++j) x[j] = xs[(rg + j * RG) * (K + 1) + t];
+            #pragma unroll
+            for (int i = 0; i < DFT_DF; ++i) {
+                float2 w = tw[((fg + i * FG) * t) & (K - 1)];
+                #pragma unroll
+                for (int j = 0; j < DFT_DR; ++j) {
+                    re[j][i] = fmaf(x[j], w.x, re[j][i]);
+                    im[j][i] = fmaf(x[j], w.y, im[j][i]);
+                }
+            }
         }
-        out[(size_t)f * rows + r0 + r] = make_float2(re, im);
+        #pragma unroll
+        for (int i = 0; i < DFT_DF; ++i) {
+            int f = fg + i * FG;
+            #pragma unroll
+            for (int j = 0; j < DFT_DR; ++j) {
+                int r = rg + j * RG;
+                if (f < KF && r < nr) out[(size_t)f * rows + r0 + r] = make_float2(re[j][i], im[j][i]);
+            }
+        }
     }
 }
 
 // Frequency-major R[f][r] -> out[r][t]; rev: output y[(K - t) mod K]; bias[(r % bmod) * K + t] added.
-// grid (ceil(max rows / DFT_ROWS), nseg), block 256; dynamic smem: DFT_ROWS*(KF+1) float2 + K float2.
+// grid (ceil(max rows / DFT_ROWS), nseg), block >= (DFT_ROWS/IDFT_DR) * (K/IDFT_DT) threads (any
+// count works); dynamic smem: DFT_ROWS*(KF+1) float2 + K float2.
 extern "C" __global__ void bcm_idft_rows(const float2* __restrict__ R0, float* __restrict__ out0, int rows0,
                                          const float* __restrict__ bias0, int bmod0, int rev0,
                                          const float2* __restrict__ R1, float* __restrict__ out1, int rows1,
@@ -393,19 +425,44 @@ extern "C" __global__ void bcm_idft_rows(const float2* __restrict__ R0, float* _
     }
     __syncthreads();
     const float inv_k = 1.0f / (float)K;
-    const int half = K / 2;
-    for (int i = threadIdx.x; i < nr * K; i += blockDim.x) {
-        int r = i / K, t = i - (i / K) * K;
-        int tt = rev ? ((K - t) & (K - 1)) : t;
-        const float2* X = rs + r * (KF + 1);
-        float acc = 0.f;
+    const int half = K / 2, TG = K / IDFT_DT, RG = DFT_ROWS / IDFT_DR;
+    for (int u = threadIdx.x; u < RG * TG; u += blockDim.x) {
+        int tg = u % TG, rg = u / TG;             // tg fastest: coalesced row-major stores
+        int tt[IDFT_DT];
+        #pragma unroll
+        for (int i = 0; i < IDFT_DT; ++i) {
+            int t = tg + i * TG;
+            tt[i] = rev ? ((K - t) & (K - 1)) : t;
+        }
+        float acc[IDFT_DR][IDFT_DT];
+        #pragma unroll
+        for (int j = 0; j < IDFT_DR; ++j)
+            #pragma unroll
+            for (int i = 0; i < IDFT_DT; ++i) acc[j][i] = 0.f;
         #pragma unroll 4
         for (int f = 1; f < half; ++f) {
-            float2 w = tw[(f * tt) & (K - 1)];
-            acc = fmaf(X[f].x, w.x, fmaf(-X[f].y, w.y, acc));
+            float2 X[IDFT_DR];
+            #pragma unroll
+            for (int j = 0; j < IDFT_DR; ++j) X[j] = rs[min(rg * IDFT_DR + j, DFT_ROWS - 1) * (KF + 1) + f];
+            #pragma unroll
+            for (int i = 0; i < IDFT_DT; ++i) {
+                float2 w = tw[(f * tt[i]) & (K - 1)];
+                #pragma unroll
+                for (int j = 0; j < IDFT_DR; ++j) acc[j][i] = fmaf(X[j].x, w.x, fmaf(-X[j].y, w.y, acc[j][i]));
+            }
         }
-        float y = (X[0].x + X[half].x * ((tt & 1) ? -1.f : 1.f) + 2.f * acc) * inv_k;
-        if (bias) y += bias[(size_t)((r0 + r) % bmod) * K + t];
-        out[(size_t)r0 * K + i] = y;
+        #pragma unroll
+        for (int j = 0; j < IDFT_DR; ++j) {
+            int r = rg * IDFT_DR + j;
+            if (r >= nr) continue;
+            const float2* X = rs + r * (KF + 1);
+            #pragma unroll
+            for (int i = 0; i < IDFT_DT; ++i) {
+                int t = tg + i * TG;
+                float y = (X[0].x + X[half].x * ((tt[i] & 1) ? -1.f : 1.f) + 2.f * acc[j][i]) * inv_k;
+                if (bias) y += bias[(size_t)((r0 + r) % bmod) * K + t];
+                out[(size_t)(r0 + r) * K + t] = y;
+            }
+        }
     }
 }

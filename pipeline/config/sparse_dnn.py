@@ -37,6 +37,7 @@ class SparseDnnConf(ModelConf):
     block: List[int] = field(default_factory=lambda: [2, 512])   # (dim_x, dim_y) of the snig kernel
     rows_per_block: int = 1            # snig: rows sharing one block's weight reads (1 = the paper's kernel)
     graph: bool = True                 # capture the per-batch pass as a CUDA graph (fallback: streams)
+    gpus: int = 1                      # 1: in-process; 0: every GPU present; n: n GPUs, one worker process each
     repeats: int = 3                   # timed passes per variant (median reported)
     warmup: int = 1
     saturation_shortcut: bool = True   # reference: skip rows that are provably saturated (exact)
@@ -70,6 +71,7 @@ def _check(cfg) -> None:
             "model.block", blk, "[dim_x, dim_y] with dim_x*dim_y <= 1024")
     require(1 <= int(m.rows_per_block) <= 8, "model.rows_per_block", m.rows_per_block, "1..8")
     require(int(m.repeats) >= 1, "model.repeats", m.repeats, "at least 1")
+    require(int(m.gpus) >= 0, "model.gpus", m.gpus, "0 (every GPU present), 1 (in-process) or a GPU count")
     for cell in list(m.grid):
         ok = len(cell) == 2 and int(cell[0]) in SIZES and int(cell[1]) > 0
         require(ok, "model.grid", list(cell), f"[N, L] with N in {SIZES}")

@@ -9,6 +9,10 @@ GPU_SUITE = [
     ["model=sparse_dnn", "dataset=radixnet_4096", "dataset.layers=480", "dataset.images=20000"],
     ["model=sparse_dnn", "dataset=radixnet_4096", "dataset.layers=480", "dataset.images=20000",
      "model.rows_per_block=8", "model.baselines=[]"],
+    # the multi-GPU coordinator on every GPU present (one worker on a one-GPU machine); the golden
+    # set and inputs come from the caches the run above filled
+    ["model=sparse_dnn", "dataset=radixnet_4096", "dataset.layers=480", "dataset.images=20000",
+     "model.gpus=0", "model.baselines=[]"],
 ]
 
 # Tiny configs that run each kernel once (compute-sanitizer memcheck / racecheck): snig (graph)

@@ -3,14 +3,16 @@ buffers, the per-batch pass captured once as a CUDA graph), bf (host-side row co
 layer) and cusparse (cuSPARSE SpMM through CuPy, same semantics and row skipping).
 
 Every variant returns the 0-based categories of all images plus the nonzero-row count after each
-layer; timings come from the runner's device (the pass is synchronous at its end).
+layer; timings come from the runner's device (the pass is synchronous at its end). ``run(b0, b1)``
+runs only the images [b0, b1) (in batches of the runner's size) and returns their categories: the
+multi-GPU workers (multi.py) call it for the batches they claim.
 """
 from __future__ import annotations
 
 import ctypes
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -156,9 +158,10 @@ def _device_inputs(Y0: sp.csr_matrix):
             cupy.asarray(Y0.data.astype(np.float32)))
 
 
-def _batches(n: int, batch: int):
-    batch = batch or n
-    return [(b, min(n, b + batch)) for b in range(0, n, batch)]
+def _batches(n: int, batch: int, start: int = 0):
+    """[b0, b1) ranges of ``batch`` images covering images start..n-1 (batch 0: one range)."""
+    batch = batch or (n - start)
+    return [(b, min(n, b + batch)) for b in range(start, n, batch)]
 
 
 class SnigRunner:
@@ -275,9 +278,10 @@ class SnigRunner:
         self.k_flags((-(-rows // 256),), (256,), self.F[out], np.int32(rows), np.int32(self.S),
                      self.out_flags, np.int64(b0), stream=self.compute)
 
-    def run(self) -> np.ndarray:
-        """All batches, timed by the caller; returns the 0-based categories."""
-        for b0, b1 in _batches(self.n, self.batch):
+    def run(self, lo: int = 0, hi: Optional[int] = None) -> np.ndarray:
+        """Images [lo, hi) (default all) in batches, timed by the caller; their 0-based categories."""
+        hi = self.n if hi is None else hi
+        for b0, b1 in _batches(hi, self.batch, lo):
             rows = b1 - b0
             self._stage(b0, b1)
             if self.use_graph:
@@ -297,7 +301,7 @@ class SnigRunner:
                 self._pass(rows)
             self._collect(b0, b1)
         self.compute.synchronize()
-        return np.flatnonzero(self.out_flags.get()).astype(np.int64)
+        return np.flatnonzero(self.out_flags[lo:hi].get()).astype(np.int64) + lo
 
     def profile(self) -> Result:
         """One instrumented pass (no graph): per-layer copy and kernel times, nonzero rows per layer."""
@@ -364,13 +368,13 @@ class BfRunner:
         drv.memcpy_htod_async(int(self.wbuf[slot].data.ptr), self.host_w[l], self.copy)
         self.copied[slot].record(self.copy)
 
-    def run(self, profile: bool = False) -> np.ndarray:
-        import cupy
+    def run(self, lo: int = 0, hi: Optional[int] = None, profile: bool = False) -> np.ndarray:
+        """Images [lo, hi) (default all); their 0-based categories."""
         import pycuda.driver as drv
         from pipeline.gpu.transfer import cupy_stream
         cats = []
         self.nnz_rows[:] = 0
-        for b0, b1 in _batches(self.n, self.batch):
+        for b0, b1 in _batches(self.n if hi is None else hi, self.batch, lo):
             rows = b1 - b0
             with cupy_stream(self.compute):
                 self.Y[0][:rows].fill(0)
@@ -444,13 +448,14 @@ class CusparseRunner:
         self.bias, self.ymax = np.float32(net.bias), np.float32(net.ymax)
         self.nnz_rows = np.zeros(self.L, np.int64)
 
-    def run(self) -> np.ndarray:
+    def run(self, lo: int = 0, hi: Optional[int] = None) -> np.ndarray:
+        """Images [lo, hi) (default all); their 0-based categories."""
         import cupy
         import cupyx.scipy.sparse as csp
         cats = []
         self.nnz_rows[:] = 0
         N, cap = self.N, self.cap
-        for b0, b1 in _batches(self.n, self.batch):
+        for b0, b1 in _batches(self.n if hi is None else hi, self.batch, lo):
             Y = csp.csr_matrix(self.net.Y0[b0:b1])
             active = cupy.arange(b1 - b0)
             Yt = cupy.ascontiguousarray(Y.T.toarray())              # N x rows

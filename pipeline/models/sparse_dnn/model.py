@@ -4,7 +4,8 @@ The dataset picks the network (official packaged subset, official TSV files, or 
 challenge size with MNIST-derived inputs); kernel= picks the variant (snig, bf, cusparse, cpu) and
 model.baselines are timed beside it in the same run. Every variant's categories must equal the
 golden set exactly (official golden file, else the CPU reference's answer, cached); the rate is
-images x edges / time (the paper's metric, edges/s).
+images x edges / time (the paper's metric, edges/s). With model.gpus != 1 each variant runs on one
+worker process per GPU (multi.py; on the CPU backend the workers run the reference).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 import scipy.sparse as sp
+from omegaconf import OmegaConf
 
 from pipeline.config import check_variants
 from pipeline.data import hpec, radixnet
@@ -20,6 +22,7 @@ from pipeline.data.cache import cached_arrays
 from pipeline.data.paths import find
 from pipeline.errors import ConfigError, DataError
 from pipeline.models.base import Model
+from pipeline.models.sparse_dnn import multi
 from pipeline.models.sparse_dnn import reference as ref
 from pipeline.results import Report
 
@@ -100,6 +103,11 @@ class SparseDnnModel(Model):
                 self.ctx.notice(f"CPU backend: variant(s) {', '.join(asked)} need a GPU; running the SciPy "
                                 f"reference (cpu) instead")
             self.ours, self.baselines = ["cpu"], []
+        self.workers = None                     # None: in-process (model.gpus=1)
+        if int(m.gpus) != 1:
+            self.workers = multi.worker_count(int(m.gpus), multi.gpu_count() if self.ctx.cuda else None)
+            what = f"GPUs 0..{self.workers - 1}" if self.ctx.cuda else "the SciPy reference"
+            self.ctx.notice(f"model.gpus={m.gpus}: {self.workers} worker processes ({what}) claiming batches")
         small = self.ctx.size == "small"
         cells = [(int(c[0]), int(c[1])) for c in m.grid] or [(int(d.neurons), int(d.layers))]
         if small and d.format == "radixnet":
@@ -135,7 +143,11 @@ class SparseDnnModel(Model):
         row: Dict[str, Any] = {"network": net.name, "N": net.N, "L": net.L, "images": net.images,
                                "variant": name, "kind": "ours" if name in self.ours else "baseline"}
         repeats, warmup = int(m.repeats), int(m.warmup)
-        if name == "cpu":
+        rows = None                                      # nonzero rows per layer (not from the workers)
+        if self.workers:
+            cats, med, iqr, info = self._run_multi(net, name)
+            tr_ms = cp_ms = float("nan")
+        elif name == "cpu":
             t0 = time.perf_counter()
             cats, rows = ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut))
             first = time.perf_counter() - t0
@@ -160,17 +172,36 @@ class SparseDnnModel(Model):
             self.failures.append(f"{net.name}/{name}: categories differ from the golden set: {why}")
         edges = float(net.edges()) * net.images
         row.update(ok=ok, categories=int(len(cats)), golden=int(len(net.golden)), time_s=med, iqr_s=iqr,
-                   rate_geps=edges / med / 1e9, transfer_s=tr_ms * 1e-3, compute_s=cp_ms * 1e-3)
-        for k in ("num_secs", "rows_per_block", "batch", "graph"):
+                   rate_geps=edges / med / 1e9, transfer_s=tr_ms * 1e-3, compute_s=cp_ms * 1e-3,
+                   gpus=self.workers or 1)
+        for k in ("num_secs", "rows_per_block", "batch", "graph", "per_gpu"):
             if k in info:
                 row[k] = info[k]
-        self.traces[(net.name, name)] = np.asarray(rows)
+        if rows is not None:
+            self.traces[(net.name, name)] = np.asarray(rows)
         return row
+
+    def _run_multi(self, net, name: str):
+        """``name`` on self.workers worker processes: categories, median and IQR of the passes'
+        wall times (start gate to last result), row info. Batch 0 (= all) becomes a quarter of
+        each worker's share, so that claiming balances the load."""
+        m = self.cfg.model
+        batch = min(int(m.batch_size) or -(-net.images // (4 * self.workers)), net.images)
+        res = multi.run(multi.NetSpec.of(self.cfg, net, self.ctx.size == "small"), name,
+                        OmegaConf.to_container(m, resolve=True), self.workers, batch, net.images,
+                        int(m.warmup), int(m.repeats), self.ctx.notice)
+        if res.disagree:
+            self.failures.append(f"{net.name}/{name}: the timed passes disagree ({res.disagree})")
+        self.claims[(net.name, f"{net.N}x{net.L}", name)] = res
+        ts = np.asarray(res.times)
+        return (res.categories, float(np.median(ts)), float(np.percentile(ts, 75) - np.percentile(ts, 25)),
+                {"batch": batch, "per_gpu": res.per_worker()})
 
     def execute(self) -> None:
         self.failures: List[str] = []
         self.rows: List[Dict[str, Any]] = []
         self.traces: Dict[tuple, np.ndarray] = {}
+        self.claims: Dict[tuple, multi.MultiResult] = {}
         for net in self.nets:
             cell = []
             for name in self.ours + self.baselines:
@@ -198,9 +229,9 @@ class SparseDnnModel(Model):
 
     # ------------------------------------------------------------------ report
     def report(self) -> Report:
-        cols = ["network", "images", "variant", "kind", "ok", "categories", "golden", "time_s", "iqr_s",
+        cols = ["network", "images", "variant", "kind", "gpus", "ok", "categories", "golden", "time_s", "iqr_s",
                 "rate_geps", "transfer_s", "compute_s"] + [f"x_vs_{b}" for b in self.baselines] + \
-               ["num_secs", "rows_per_block", "batch", "graph"]
+               ["num_secs", "rows_per_block", "batch", "graph", "per_gpu"]
         paper = self.cfg.model.paper
         if paper:
             for r in self.rows:
@@ -208,8 +239,9 @@ class SparseDnnModel(Model):
                 if cellp is not None and r["variant"] in cellp:
                     r["paper_geps"] = float(cellp[r["variant"]])
             cols.append("paper_geps")
+        where = self.ctx.device.name if self.ctx.device else "CPU (SciPy)"
         rep = Report(rows=self.rows, columns=cols, failures=self.failures,
-                     title=f"sparse_dnn on {self.ctx.device.name if self.ctx.device else 'CPU (SciPy)'}")
+                     title=f"sparse_dnn on {where}" + (f" x {self.workers} workers" if self.workers else ""))
         main = self.ours[0]
         for r in self.rows:
             tag = f"{r['N']}x{r['L']}"
@@ -218,6 +250,12 @@ class SparseDnnModel(Model):
             for b in self.baselines:
                 if f"x_vs_{b}" in r:
                     rep.metrics[f"summary/{tag}/{r['variant']}/x_vs_{b}"] = r[f"x_vs_{b}"]
+        for (netname, tag, var), res in self.claims.items():
+            for i, (c, b) in enumerate(zip(res.claimed, res.busy_s)):
+                rep.metrics[f"summary/{tag}/{var}/gpu{i}/batches"] = float(c)
+                rep.metrics[f"summary/{tag}/{var}/gpu{i}/busy_s"] = b
+            rep.notes.append(f"{netname}/{var}: {len(res.batches)} batches of {res.batches[0][1]} images a pass; "
+                             f"per worker over {len(res.times)} timed passes (batches/busy): {res.per_worker()}")
         mine = [r for r in self.rows if r["variant"] == main]
         if mine:
             rep.metrics["summary/objective"] = float(np.sum([r["time_s"] for r in mine]))
@@ -253,7 +291,8 @@ def rows_plot(nets, traces):
     ax.set_xlabel("layer")
     ax.set_ylabel("nonzero rows after the layer")
     ax.set_yscale("log")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:          # none: a multi-GPU run of a network with a golden file
+        ax.legend(fontsize=7)
     ax.set_title("Surviving (nonzero) rows per layer")
     fig.tight_layout()
     return fig

@@ -319,29 +319,36 @@ __device__ __forceinline__ void zero_span(float* p, long long n, long long gtid,
     for (long long i = gtid; i < n; i += gstride) p[i] = 0.f;
 }
 
-// Register blocking: a thread of bcm_dft_rows computes DFT_DR rows x DFT_DF frequencies (rows
-// rg + j*RG, frequencies fg + i*FG), so each shared-memory read of x or of a twiddle feeds several
-// FMAs; a thread of bcm_idft_rows computes IDFT_DR rows x IDFT_DT times. Shared-memory reads, not
-// FLOPs, bound these transforms. The host sizes blocks from the same constants.
+// Both transforms use the symmetries of a real signal, then register blocking:
+//  * DFT: with s[t] = x[t] + x[K-t], d[t] = x[t] - x[K-t] (t = 1..H-1, H = K/2), one pass over t
+//    gives two frequencies f and H - f: Re X[f] = x0 + (-1)^f xH + Se + So, Im X[f] = De + Do,
+//    Re X[H-f] = x0 + (-1)^(H-f) xH + Se - So, Im X[H-f] = Do - De, where Se/So (De/Do) sum
+//    s[t] cos (d[t] sin, signed as the transform) over even/odd t: a quarter of the direct FMAs.
+//    A thread computes DFT_DR rows x DFT_DF such frequency pairs.
+//  * IDFT: y[t] and y[t + H] share every twiddle (w^(f(t+H)) = (-1)^f w^(ft)): with E/O the sums
+//    over even/odd f, y[t] = (X0 + (-1)^t XH + 2(E + O)) / K and y[t+H] the same with E - O and
+//    (-1)^(t+H). A thread computes IDFT_DR rows x such a time pair.
+// Shared-memory reads, not FLOPs, bound these kernels; the host sizes blocks from the constants.
 #define DFT_DR 2
-#define DFT_DF 4
+#define DFT_DF 2
 #define IDFT_DR 4
-#define IDFT_DT 2
 
-// grid (ceil(max rows / DFT_ROWS), nseg), block >= (DFT_ROWS/DFT_DR) * ceil(KF/DFT_DF) threads (any
-// count works); dynamic smem: DFT_ROWS*(K+1) floats + K float2.
+// grid (ceil(max rows / DFT_ROWS), nseg), block >= (DFT_ROWS/DFT_DR) * ceil((K/4+1)/DFT_DF) threads
+// (any count works); dynamic smem: DFT_ROWS*(K+1) floats + DFT_ROWS*(K/2+1) float2 + K float2.
 extern "C" __global__ void bcm_dft_rows(const float* __restrict__ in0, float2* __restrict__ out0, int rows0, int conj0,
                                         const float* __restrict__ in1, float2* __restrict__ out1, int rows1, int conj1,
                                         const float* __restrict__ in2, float2* __restrict__ out2, int rows2, int conj2,
                                         float* z0, long long zn0, float* z1, long long zn1, int K, int KF)
 {
-    extern __shared__ float dsm[];
+    extern __shared__ float2 dsm2[];
     long long gstride = (long long)gridDim.x * gridDim.y * blockDim.x;
     long long gtid = ((long long)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
     zero_span(z0, zn0, gtid, gstride);
     zero_span(z1, zn1, gtid, gstride);
-    float2* tw = reinterpret_cast<float2*>(dsm);      // K twiddles exp(-2 pi i m / K)
-    float* xs = dsm + 2 * K;                          // [DFT_ROWS][K + 1]
+    const int H = K / 2, Q = K / 4, SD = H + 1;
+    float2* tw = dsm2;                                   // K twiddles (cos, -+sin)(2 pi m / K)
+    float2* sd = dsm2 + K;                               // [DFT_ROWS][H + 1]: (s, d); [r][0] = (x0, xH)
+    float* xs = reinterpret_cast<float*>(sd + DFT_ROWS * SD);   // [DFT_ROWS][K + 1]
     const float* in; float2* out; int rows, cj;
     if (blockIdx.y == 0) { in = in0; out = out0; rows = rows0; cj = conj0; }
     else if (blockIdx.y == 1) { in = in1; out = out1; rows = rows1; cj = conj1; }
@@ -359,44 +366,68 @@ extern "C" __global__ void bcm_dft_rows(const float* __restrict__ in0, float2* _
         xs[r * (K + 1) + t] = in[(size_t)r0 * K + i];
     }
     __syncthreads();
-    const int RG = DFT_ROWS / DFT_DR, FG = (KF + DFT_DF - 1) / DFT_DF;
+    for (int i = threadIdx.x; i < DFT_ROWS * SD; i += blockDim.x) {
+        int r = i / SD, t = i - (i / SD) * SD;
+        float2 v = make_float2(0.f, 0.f);
+        if (r < nr) {
+            const float* x = xs + r * (K + 1);
+            v = (t == 0) ? make_float2(x[0], x[H]) : make_float2(x[t] + x[K - t], x[t] - x[K - t]);
+        }
+        sd[i] = v;
+    }
+    __syncthreads();
+    const int RG = DFT_ROWS / DFT_DR, FG = (Q + 1 + DFT_DF - 1) / DFT_DF;
     for (int u = threadIdx.x; u < RG * FG; u += blockDim.x) {
         int rg = u % RG, fg = u / RG;             // rg fastest: coalesced frequency-major stores
-        float re[DFT_DR][DFT_DF], im[DFT_DR][DFT_DF];
+        float se[DFT_DR][DFT_DF], so[DFT_DR][DFT_DF], de[DFT_DR][DFT_DF], dO[DFT_DR][DFT_DF];
         #pragma unroll
         for (int j = 0; j < DFT_DR; ++j)
             #pragma unroll
-            for (int i = 0; i < DFT_DF; ++i) re[j][i] = im[j][i] = 0.f;
-        #pragma unroll 4
-        for (int t = 0; t < K; ++t) {
-            float x[DFT_DR];
+            for (int i = 0; i < DFT_DF; ++i) se[j][i] = so[j][i] = de[j][i] = dO[j][i] = 0.f;
+        #pragma unroll 2
+        for (int t = 1; t < H; t += 2) {          // odd t, then the even t + 1 (H itself is xH)
             #pragma unroll
-            for (int j = 0; j < DFT_DR; ++j) x[j] = xs[(rg + j * RG) * (K + 1) + t];
-            #pragma unroll
-            for (int i = 0; i < DFT_DF; ++i) {
-                float2 w = tw[((fg + i * FG) * t) & (K - 1)];
+            for (int e = 0; e < 2; ++e) {
+                int tt = t + e;
+                if (tt >= H) break;
+                float2 v[DFT_DR];
                 #pragma unroll
-                for (int j = 0; j < DFT_DR; ++j) {
-                    re[j][i] = fmaf(x[j], w.x, re[j][i]);
-                    im[j][i] = fmaf(x[j], w.y, im[j][i]);
+                for (int j = 0; j < DFT_DR; ++j) v[j] = sd[(rg + j * RG) * SD + tt];
+                #pragma unroll
+                for (int i = 0; i < DFT_DF; ++i) {
+                    float2 w = tw[((fg + i * FG) * tt) & (K - 1)];
+                    #pragma unroll
+                    for (int j = 0; j < DFT_DR; ++j) {
+                        if (e == 0) { so[j][i] = fmaf(v[j].x, w.x, so[j][i]); dO[j][i] = fmaf(v[j].y, w.y, dO[j][i]); }
+                        else        { se[j][i] = fmaf(v[j].x, w.x, se[j][i]); de[j][i] = fmaf(v[j].y, w.y, de[j][i]); }
+                    }
                 }
             }
         }
         #pragma unroll
         for (int i = 0; i < DFT_DF; ++i) {
             int f = fg + i * FG;
+            if (f > Q) continue;
             #pragma unroll
             for (int j = 0; j < DFT_DR; ++j) {
                 int r = rg + j * RG;
-                if (f < KF && r < nr) out[(size_t)f * rows + r0 + r] = make_float2(re[j][i], im[j][i]);
+                if (r >= nr) continue;
+                float2 e0 = sd[r * SD];                // (x0, xH)
+                float re1 = e0.x + ((f & 1) ? -e0.y : e0.y) + se[j][i] + so[j][i];
+                out[(size_t)f * rows + r0 + r] = make_float2(re1, de[j][i] + dO[j][i]);
+                int f2 = H - f;
+                if (f2 != f) {
+                    float re2 = e0.x + ((f2 & 1) ? -e0.y : e0.y) + se[j][i] - so[j][i];
+                    out[(size_t)f2 * rows + r0 + r] = make_float2(re2, dO[j][i] - de[j][i]);
+                }
             }
         }
     }
 }
 
 // Frequency-major R[f][r] -> out[r][t]; rev: output y[(K - t) mod K]; bias[(r % bmod) * K + t] added.
-// grid (ceil(max rows / DFT_ROWS), nseg), block >= (DFT_ROWS/IDFT_DR) * (K/IDFT_DT) threads (any
-// count works); dynamic smem: DFT_ROWS*(KF+1) float2 + K float2.
+// grid (ceil(max rows / DFT_ROWS), nseg), block >= (DFT_ROWS/IDFT_DR) * (K/2) threads (any count
+// works); dynamic smem: DFT_ROWS*(KF+1) float2 + K float2.
 extern "C" __global__ void bcm_idft_rows(const float2* __restrict__ R0, float* __restrict__ out0, int rows0,
                                          const float* __restrict__ bias0, int bmod0, int rev0,
                                          const float2* __restrict__ R1, float* __restrict__ out1, int rows1,
@@ -425,30 +456,29 @@ extern "C" __global__ void bcm_idft_rows(const float2* __restrict__ R0, float* _
     }
     __syncthreads();
     const float inv_k = 1.0f / (float)K;
-    const int half = K / 2, TG = K / IDFT_DT, RG = DFT_ROWS / IDFT_DR;
-    for (int u = threadIdx.x; u < RG * TG; u += blockDim.x) {
-        int tg = u % TG, rg = u / TG;             // tg fastest: coalesced row-major stores
-        int tt[IDFT_DT];
+    const int H = K / 2, RG = DFT_ROWS / IDFT_DR;
+    for (int u = threadIdx.x; u < RG * H; u += blockDim.x) {
+        int t = u % H, rg = u / H;                // t fastest: coalesced row-major stores
+        int tt = rev ? ((K - t) & (K - 1)) : t;   // twiddle index of output t (t + H: tt + H)
+        float ev[IDFT_DR], od[IDFT_DR];
         #pragma unroll
-        for (int i = 0; i < IDFT_DT; ++i) {
-            int t = tg + i * TG;
-            tt[i] = rev ? ((K - t) & (K - 1)) : t;
-        }
-        float acc[IDFT_DR][IDFT_DT];
+        for (int j = 0; j < IDFT_DR; ++j) ev[j] = od[j] = 0.f;
+        int rr[IDFT_DR];
         #pragma unroll
-        for (int j = 0; j < IDFT_DR; ++j)
+        for (int j = 0; j < IDFT_DR; ++j) rr[j] = min(rg * IDFT_DR + j, DFT_ROWS - 1) * (KF + 1);
+        #pragma unroll 2
+        for (int f = 1; f < H; f += 2) {          // odd f, then the even f + 1
             #pragma unroll
-            for (int i = 0; i < IDFT_DT; ++i) acc[j][i] = 0.f;
-        #pragma unroll 4
-        for (int f = 1; f < half; ++f) {
-            float2 X[IDFT_DR];
-            #pragma unroll
-            for (int j = 0; j < IDFT_DR; ++j) X[j] = rs[min(rg * IDFT_DR + j, DFT_ROWS - 1) * (KF + 1) + f];
-            #pragma unroll
-            for (int i = 0; i < IDFT_DT; ++i) {
-                float2 w = tw[(f * tt[i]) & (K - 1)];
+            for (int e = 0; e < 2; ++e) {
+                int ff = f + e;
+                if (ff >= H) break;
+                float2 w = tw[(ff * tt) & (K - 1)];
                 #pragma unroll
-                for (int j = 0; j < IDFT_DR; ++j) acc[j][i] = fmaf(X[j].x, w.x, fmaf(-X[j].y, w.y, acc[j][i]));
+                for (int j = 0; j < IDFT_DR; ++j) {
+                    float2 X = rs[rr[j] + ff];
+                    float v = fmaf(X.x, w.x, -X.y * w.y);
+                    if (e == 0) od[j] += v; else ev[j] += v;
+                }
             }
         }
         #pragma unroll
@@ -456,13 +486,17 @@ extern "C" __global__ void bcm_idft_rows(const float2* __restrict__ R0, float* _
             int r = rg * IDFT_DR + j;
             if (r >= nr) continue;
             const float2* X = rs + r * (KF + 1);
-            #pragma unroll
-            for (int i = 0; i < IDFT_DT; ++i) {
-                int t = tg + i * TG;
-                float y = (X[0].x + X[half].x * ((tt[i] & 1) ? -1.f : 1.f) + 2.f * acc[j][i]) * inv_k;
-                if (bias) y += bias[(size_t)((r0 + r) % bmod) * K + t];
-                out[(size_t)(r0 + r) * K + t] = y;
+            float nyq = X[H].x * ((tt & 1) ? -1.f : 1.f);
+            float nyq2 = ((H & 1) ? -nyq : nyq);
+            float y1 = (X[0].x + nyq + 2.f * (ev[j] + od[j])) * inv_k;
+            float y2 = (X[0].x + nyq2 + 2.f * (ev[j] - od[j])) * inv_k;
+            if (bias) {
+                const float* b = bias + (size_t)((r0 + r) % bmod) * K;
+                y1 += b[t];
+                y2 += b[t + H];
             }
+            out[(size_t)(r0 + r) * K + t] = y1;
+            out[(size_t)(r0 + r) * K + t + H] = y2;
         }
     }
 }

@@ -20,8 +20,8 @@ from pipeline.models.bcm import reference as ref
 
 OURS = BCM_VARIANTS
 THREADS = 256
-# bcm.cu's DFT_ROWS (rows a block), DFT_DR x DFT_DF and IDFT_DR x IDFT_DT (outputs a thread)
-DFT_ROWS, DFT_DR, DFT_DF, IDFT_DR, IDFT_DT = 32, 2, 4, 4, 2
+# bcm.cu's DFT_ROWS (rows a block), DFT_DR x DFT_DF and IDFT_DR (work a thread)
+DFT_ROWS, DFT_DR, DFT_DF, IDFT_DR = 32, 2, 2, 4
 
 
 def _mod():
@@ -188,9 +188,9 @@ class BcmLinear:
         for i in range(2):
             z = zero[i] if i < len(zero) else None
             args += [z if z is not None else 0, np.int64(z.size if z is not None else 0)]
-        threads = _threads(DFT_ROWS // DFT_DR * _cdiv(kf, DFT_DF))
+        threads = _threads(DFT_ROWS // DFT_DR * _cdiv(k // 4 + 1, DFT_DF))
         _k("bcm_dft_rows")((_cdiv(rows_max, DFT_ROWS), len(segs)), (threads,), *args, np.int32(k), np.int32(kf),
-                           shared=(DFT_ROWS * (k + 1) + 2 * k) * 4)
+                           shared=(DFT_ROWS * (k + 1) + 2 * DFT_ROWS * (k // 2 + 1) + 2 * k) * 4)
 
     def _idft_rows(self, segs):
         """segs: (R (k', rows) complex64, out (rows, k) float32, bias or None, bias row modulus,
@@ -205,7 +205,7 @@ class BcmLinear:
                 rows_max = max(rows_max, rows)
             else:
                 args += [0, 0, np.int32(0), 0, np.int32(1), np.int32(0)]
-        threads = _threads(DFT_ROWS // IDFT_DR * (k // IDFT_DT))
+        threads = _threads(DFT_ROWS // IDFT_DR * (k // 2))
         _k("bcm_idft_rows")((_cdiv(rows_max, DFT_ROWS), len(segs)), (threads,), *args, np.int32(k), np.int32(kf),
                             shared=(DFT_ROWS * (kf + 1) + k) * 8)
 

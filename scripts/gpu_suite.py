@@ -333,13 +333,17 @@ def main() -> None:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     gpu = gpu_name()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip() or "?"
-    except Exception:
-        commit = "?"
-    if commit == "?" and (ROOT / ".whl" / "COMMIT").is_file():
-        commit = (ROOT / ".whl" / "COMMIT").read_text().strip()
+    # .whl/COMMIT (written when staging a run) first: the lent machine's copy of the tree may carry
+    # an older .git than the files it runs
+    commit = "?"
+    if (ROOT / ".whl" / "COMMIT").is_file():
+        commit = (ROOT / ".whl" / "COMMIT").read_text().strip() or "?"
+    if commit == "?":
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                    text=True).stdout.strip() or "?"
+        except Exception:
+            pass
     log(f"GPU: {gpu}")
     records = []
     for part in [p for p in a.parts.split(",") if p]:

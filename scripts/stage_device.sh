@@ -8,4 +8,5 @@ bash ../shared/device/stage.sh "$@"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d .whl sqlalchemy==2.1.9 alembic==1.20.1 2>&1 | grep -vi warning || true
+git rev-parse --short HEAD > .whl/COMMIT   # the commit the GPU records name (re-run before each run)
 du -sh .whl

@@ -115,11 +115,14 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
                     stream = replay.__self__.stream   # time the replays on the stream they run on
                 outputs = run()
                 ctx.sync()
-            errs = (v.check or compare)(outputs, expected)
-            err = max(errs.values()) if errs else float("nan")
-            tol = v.tolerance if v.tolerance is not None else tolerance
-            ok = bool(np.isfinite(err) and err <= tol)
-            row.update(rel_err=err, tol=tol, ok=ok)
+            if v.kind == "floor":                # computes nothing: nothing to check
+                row.update(rel_err=float("nan"), tol=float("nan"), ok=None)
+            else:
+                errs = (v.check or compare)(outputs, expected)
+                err = max(errs.values()) if errs else float("nan")
+                tol = v.tolerance if v.tolerance is not None else tolerance
+                ok = bool(np.isfinite(err) and err <= tol)
+                row.update(rel_err=err, tol=tol, ok=ok)
             t = ctx.time(run, stream=stream)
             row.update(median_ms=t.median_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms, reps=t.n)
             if v.cost is not None:
@@ -143,12 +146,27 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
     return rows
 
 
+def launch_floor() -> Variant:
+    """An empty one-thread kernel timed like every variant (a one-node graph replay where graphs
+    are on): the least any one-kernel variant can measure on this device. Kind ``floor``: never
+    checked or ranked; its ``x_vs_<baseline>`` is the largest ratio a one-kernel design could show."""
+    def build(case: Case, ctx):
+        from pipeline.timing import hold_kernel
+        k = hold_kernel()
+
+        def run():
+            k((1,), (1,), np.uint64(0))
+            return {}
+        return run
+    return Variant("launch_floor", "floor", build, None, graph=True, note="empty kernel: the timing floor")
+
+
 BENCH_COLUMNS = ["case", "variant", "kind", "graph", "median_ms", "iqr_ms", "rel_err", "ok", "gbps", "gflops", "pct_peak"]
 
 
 def failures(rows: Sequence[Dict[str, Any]]) -> List[str]:
     return [f"{r['case']}/{r['variant']}: relative error {r['rel_err']:.3g} > {r['tol']:.1g}"
-            for r in rows if not r.get("ok", True)]
+            for r in rows if r.get("ok", True) is False]
 
 
 def best_metrics(rows: Sequence[Dict[str, Any]], baselines: Sequence[str]) -> Dict[str, float]:

@@ -228,3 +228,17 @@ def test_make_context_cpu_backend(compose, tmp_path, capsys):
     assert any("size=small" in n for n in c.notices)
     c = make_context(compose(["backend=cpu", "size=full"]), tmp_path)
     assert c.size == "full" and c.notices == []
+
+
+def test_floor_rows_are_neither_checked_nor_ranked(ctx):
+    """A kind="floor" row (e.g. bench.launch_floor) is timed but never fails or wins."""
+    rng = np.random.default_rng(2)
+    floor = Variant("floor", "floor", lambda case, ctx: (lambda: {}), None)
+    rows = measure([_case(rng, "c1")], [_variant("good", "ours", _good), floor,
+                                        _variant("base", "baseline", _good)], ctx, tolerance=1e-4,
+                   speedup_over=["base"])
+    by = {r["variant"]: r for r in rows}
+    assert by["floor"]["ok"] is None and np.isnan(by["floor"]["rel_err"]) and by["floor"]["median_ms"] > 0
+    assert "x_vs_base" in by["floor"]
+    assert bench.failures(rows) == []
+    assert bench.best_metrics(rows, ["base"])["summary/c1/best_ms"] == by["good"]["median_ms"]

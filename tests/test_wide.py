@@ -205,6 +205,288 @@ def test_config_errors(compose):
         validate(compose(["model=wide_lr", "kernel=fused"]))
 
 
+def test_warp_config_errors(compose):
+    from pipeline.config import validate
+    with pytest.raises(ConfigError, match="model.design"):
+        validate(compose(["model=wide_lr", "model.design=tile"]))
+    with pytest.raises(ConfigError, match="model.warp_samples"):
+        validate(compose(["model=wide_lr", "model.warp_samples=3"]))
+    with pytest.raises(ConfigError, match="model.warp_samples"):
+        validate(compose(["model=wide_lr", "model.chunk=8", "model.warp_samples=16"]))
+    with pytest.raises(ConfigError, match="model.shards"):
+        validate(compose(["model=wide_fm", "model.shards=0"]))
+    with pytest.raises(ConfigError, match="model.edges_per_lane"):
+        validate(compose(["model=wide_fm", "model.edges_per_lane=-1"]))
+    validate(compose(["model=wide_fm", "model.design=warp", "model.warp_samples=4", "model.shards=8"]))
+
+
+def _geo_data(chunk=32, n=4000, d=3000, seed=0):
+    X, y = ctr_synth.generate(n, d, 40, seed)
+    return prep.from_arrays(prep.build_arrays(X[:-400], y[:-400], X[-400:], y[-400:], chunk, 16, seed), chunk, 16)
+
+
+@pytest.mark.parametrize("k,ws", [(0, 1), (0, 4), (10, 1), (10, 2), (3, 8)])
+def test_warp_geometry(k, ws):
+    """design=warp keeps the in-flight bound of design=chunk: model.inflight chunks (default one
+    mini-batch) x chunk samples, now as warps x samples per warp, spread over every SM."""
+    from omegaconf import OmegaConf
+    from pipeline.models.wide.gpu import packed_width, warp_geometry
+    data = _geo_data()
+    mc = OmegaConf.create(dict(k=k, warp_samples=ws, edges_per_lane=0, batch_size=1024, inflight=0,
+                               warps_per_block=0, shards=8, shard_hot=64, prefetch=0))
+    g = warp_geometry(mc, data, 132)
+    assert g["nw"] * g["WS"] == 1024 and g["WG"] * ws == 32
+    assert -(-g["nw"] // g["wpb"]) >= 132 or g["wpb"] == 1          # a block on every SM
+    lens = np.diff(data.Xtr.indptr)
+    assert g["WEPL"] * g["WG"] >= min(np.percentile(lens, 99), g["WG"] * (16 if k == 0 else 96 // g["kp"]))
+    assert g["kp"] == packed_width(k) and g["kp"] % (4 if k else 1) == 0 and g["kp"] >= 1 + k
+    assert (g["NSH"], g["HSH"]) == (8, 64)
+    assert g["WPF"] == (2 if g["kp"] * g["WEPL"] <= 48 else 1)
+    mc.inflight, mc.shard_hot = 64, 0                      # two mini-batches; no sharded rows: no shards
+    g = warp_geometry(mc, data, 132)
+    assert g["nw"] * g["WS"] == 2048 and (g["NSH"], g["HSH"]) == (1, 0)
+
+
+NVCC = __import__("shutil").which("nvcc")
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("defs", ["-DWS=1 -DWEPL=2 -DNSH=8 -DHSH=256", "-DWS=4 -DWEPL=7 -DNSH=1 -DHSH=0",
+                                  "-DK=10 -DH=128 -DWS=1 -DWEPL=2 -DNSH=4 -DHSH=32",
+                                  "-DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32", "-DK=3 -DC=4 -DWS=4 -DWEPL=1",
+                                  "-DK=64 -DWS=1 -DWEPL=1 -DNSH=2 -DHSH=8 -DWPF=1",
+                                  "-DWPF=1", "-DWS=2 -DWEPL=3 -DWPF=3", "-DK=10 -DWS=4 -DWEPL=7 -DWPF=1"])
+def test_warp_kernel_compiles_without_spills(defs, tmp_path):
+    """The warp design's kernels compile for sm_90 at the geometries the trainer picks, without
+    local-memory spills (a spill would put a step's registers behind global memory latency)."""
+    import subprocess
+    r = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-std=c++17", "-Xptxas", "-v", f"-I{ROOT / 'cuda/common'}",
+                        *defs.split(), "-o", str(tmp_path / "w.cubin"), str(ROOT / "cuda/wide/wide.cu")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = r.stderr.splitlines()
+    i = next(i for i, l in enumerate(out) if "Function properties for flow_warp" in l)
+    assert "0 bytes spill stores" in out[i + 1], out[i + 1]
+
+
+# ------------------------------------------------------------------------------- warp kernel on the host
+# The warp design's CUDA code (flow_warp, warp_commit) compiled by g++ against a small shim (one
+# std::thread per lane, shuffles and __syncwarp as barriers, atomics under a mutex, the sm_90 vector
+# RED path) and driven by the real FlowWarpTrainer with NumPy standing in for CuPy: index math,
+# the prefetch pipeline, the FM algebra, the shards and their folding checked without a GPU.
+
+SHIM = r"""
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <algorithm>
+#include <mutex>
+#include <barrier>
+using std::min; using std::max;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__
+#define __restrict__ __restrict
+struct dim_ { unsigned x = 0, y = 0, z = 0; };
+extern thread_local dim_ threadIdx, blockIdx;
+extern dim_ blockDim, gridDim;
+struct float4 { float x, y, z, w; };
+struct float2 { float x, y; };
+struct int4 { int x, y, z, w; };
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcs(const T* p) { return *p; }
+template <class T> inline T __ldcg(const T* p) { return *p; }
+extern std::mutex g_atomic;
+inline float atomicAdd(float* p, float v) { std::lock_guard<std::mutex> l(g_atomic); float o = *p; *p += v; return o; }
+inline double atomicAdd(double* p, double v) { std::lock_guard<std::mutex> l(g_atomic); double o = *p; *p += v; return o; }
+inline float4 atomicAdd(float4* p, float4 v) {
+    std::lock_guard<std::mutex> l(g_atomic); float4 o = *p; p->x += v.x; p->y += v.y; p->z += v.z; p->w += v.w; return o; }
+inline float atomicExch(float* p, float v) { std::lock_guard<std::mutex> l(g_atomic); float o = *p; *p = v; return o; }
+inline float __expf(float x) { return expf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline void __syncthreads() {}
+extern std::barrier<>* g_bar;
+extern double g_xchg[32];
+template <class T> inline T shfl_from(T v, int src) {
+    g_xchg[threadIdx.x & 31] = (double)v;
+    g_bar->arrive_and_wait();
+    T r = (T)g_xchg[src & 31];
+    g_bar->arrive_and_wait();
+    return r;
+}
+template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) { return shfl_from(v, (int)(threadIdx.x & 31) ^ o); }
+template <class T> inline T __shfl_down_sync(unsigned, T v, int o) {
+    int l = threadIdx.x & 31; return shfl_from(v, l + o < 32 ? l + o : l); }
+template <class T> inline T __shfl_sync(unsigned, T v, int s) { return shfl_from(v, s); }
+inline void __syncwarp(unsigned = 0xffffffffu) { g_bar->arrive_and_wait(); }
+"""
+
+DRIVER = r"""
+#include <thread>
+#include <vector>
+#include "cuda_runtime.h"
+thread_local dim_ threadIdx, blockIdx;
+dim_ blockDim, gridDim;
+std::mutex g_atomic;
+std::barrier<>* g_bar;
+double g_xchg[32];
+float smem[1 << 16];
+#include "WIDE_CU"
+extern "C" void emu_flow_warp(int grid, int block, const int* order, int n_order, const long long* indptr,
+        const int* indices, const float* data, const float* y, int n, int nw, const float* P, const float* Psh,
+        const float* bb, float* T, float* Tsh, float* tb, int sw, float scale, double* loss) {
+    gridDim.x = grid; blockDim.x = block;
+    std::barrier<> bar(32); g_bar = &bar;
+    for (int b = 0; b < grid; b++)
+        for (int w = 0; w < block / 32; w++) {           // warps one after another, lanes as threads
+            std::vector<std::thread> th;
+            for (int l = 0; l < 32; l++)
+                th.emplace_back([=] { blockIdx.x = b; threadIdx.x = w * 32 + l;
+                    flow_warp(order, n_order, indptr, indices, data, y, n, nw, P, Psh, bb, T, Tsh, tb, sw, scale, loss); });
+            for (auto& t : th) t.join();
+        }
+}
+extern "C" void emu_warp_commit(int grid, int block, const int* order, int n_order, int n, const long long* indptr,
+        const int* indices, float* P, float* bb, float* Gr, float* gb) {
+    gridDim.x = grid; blockDim.x = block;
+    for (int b = 0; b < grid; b++) for (int t = 0; t < block; t++) {
+        blockIdx.x = b; threadIdx.x = t; warp_commit(order, n_order, n, indptr, indices, P, bb, Gr, gb); }
+}
+"""
+GXX = __import__("shutil").which("g++")
+
+
+class _HostArray(np.ndarray):
+    def get(self):
+        return np.array(self)
+
+
+def _fake_cupy():
+    import types
+    m = types.ModuleType("cupy")
+    m.float32, m.float64, m.int32 = np.float32, np.float64, np.int32
+    m.zeros = lambda n, dt: np.zeros(n, dt).view(_HostArray)
+    m.asarray = lambda a, dt=None: np.array(a, dt).view(_HostArray)
+    return m
+
+
+class _HostKernels:
+    """kernels.load stand-in: the warp kernels of wide.cu built by g++ with the trainer's defines."""
+
+    def __init__(self, tmp_path):
+        self.tmp, self.libs = tmp_path, {}
+
+    def load(self, model, filename, defines):
+        import ctypes
+        import subprocess
+        key = tuple(sorted(defines.items()))
+        if key not in self.libs:
+            inc = self.tmp / "inc"
+            inc.mkdir(exist_ok=True)
+            (inc / "cuda_runtime.h").write_text(SHIM)
+            drv = self.tmp / "driver.cpp"
+            drv.write_text(DRIVER.replace("WIDE_CU", str(ROOT / "cuda/wide/wide.cu")))
+            out = self.tmp / f"lib{len(self.libs)}.so"
+            r = subprocess.run([GXX, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w", f"-I{inc}",
+                                "-D__CUDA_ARCH__=900", *[f"-D{k}={v}" for k, v in key], "-o", str(out), str(drv)],
+                               capture_output=True, text=True, timeout=300)
+            if r.returncode:
+                pytest.skip(f"g++ cannot build the host shim: {r.stderr[-300:]}")
+            self.libs[key] = ctypes.CDLL(str(out))
+        return _HostModule(self.libs[key])
+
+
+class _HostModule:
+    def __init__(self, lib):
+        self.lib = lib
+
+    def kernel(self, name, signature):
+        import ctypes
+        fn = getattr(self.lib, "emu_" + name)
+
+        def call(grid, block, *args, **kw):
+            assert len(args) == len(signature), (name, len(args), signature)
+            conv = [int(grid[0]), int(block[0])]
+            for a, c in zip(args, signature):
+                if c == "P":
+                    assert isinstance(a, np.ndarray) and a.flags.c_contiguous, (name, type(a))
+                    conv.append(ctypes.c_void_p(a.ctypes.data))
+                elif c == "i":
+                    assert isinstance(a, np.int32), (name, type(a))
+                    conv.append(ctypes.c_int(int(a)))
+                else:
+                    assert isinstance(a, np.float32), (name, type(a))
+                    conv.append(ctypes.c_float(float(a)))
+            fn(*conv)
+        return call
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
+@pytest.mark.parametrize("k,ws,shards,hot,update,inflight", [
+    (0, 1, 8, 64, "batch", 0), (10, 2, 4, 32, "batch", 0), (3, 8, 2, 8, "batch", 0),
+    (0, 4, 4, 64, "chunk", 8), (10, 4, 4, 32, "chunk", 8), (3, 2, 8, 16, "chunk", 16), (10, 1, 1, 0, "chunk", 1)])
+def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shards, hot, update, inflight):
+    """update=batch: one pass equals the mini-batch reference. update=chunk with chunk = warp_samples
+    (a unit is a chunk): the host runs the warps one after another, so the result equals the
+    reference's chunk steps in that warp-major order, every warp adding into its own shard."""
+    import sys
+    import types
+    from omegaconf import OmegaConf
+    import pipeline.gpu.kernels as kernels
+    import pipeline.gpu.transfer as transfer
+    from pipeline.models.wide import gpu
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    monkeypatch.setattr(kernels, "load", _HostKernels(tmp_path).load)
+    monkeypatch.setattr(transfer, "upload_all", lambda d: {key: np.ascontiguousarray(v) for key, v in d.items()})
+    chunk = ws if update == "chunk" else 32
+    X, y = ctr_synth.generate(2000, 4000, 40, 1)
+    X.data = np.random.default_rng(2).uniform(0.5, 2.0, X.nnz).astype(np.float32)     # not all ones: x^2 != x
+    data = prep.from_arrays(prep.build_arrays(X[:-200], y[:-200], X[-200:], y[-200:], chunk, 16, 0), chunk, 16)
+    mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update=update, warp_samples=ws,
+                               edges_per_lane=0, inflight=inflight, warps_per_block=0, shards=shards,
+                               shard_hot=hot, chunk=chunk, prefetch=0))
+    tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
+
+    class _Ev:
+        def record(self, *a):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def time_since(self, other):
+            return 0.0
+    tr._events = lambda: (_Ev(), _Ev())
+    rng = np.random.default_rng(k + ws)
+    p0 = ref.init_params(data.d, k, 0.05, 3)
+    p0.w = (rng.standard_normal(data.d) * 0.1).astype(np.float32)
+    p0.b = 0.3
+    tr.set_params(p0)
+    if tr.nsh > 1:                                      # spread the hot rows and the bias over the shards
+        P = tr.P.reshape(data.d, tr.kp)
+        part = P[:tr.hsh] * 0.25
+        P[:tr.hsh] -= part * (tr.nsh - 1)
+        tr.Psh.reshape(tr.nsh - 1, tr.hsh, tr.kp)[...] = part[None]
+        tr.bb[::32][:tr.nsh] = tr.bb[0] / tr.nsh
+    order = rng.permutation(data.n_chunks)[:40].astype(np.int32)
+    q = p0.astype(np.float64)
+    if update == "batch":
+        want_loss = ref.train_epoch(data.Xtr, data.ytr, q, order, chunk, 256 // chunk, 0.5)
+    else:
+        nw = tr.geo["nw"]
+        assert nw == inflight
+        seq = np.concatenate([order[g::nw] for g in range(nw)])
+        want_loss = ref.train_epoch(data.Xtr, data.ytr, q, seq, chunk, 1, 0.5, 256 // chunk * chunk)
+    loss, _ = tr.epoch(order)
+    got = tr.params()
+    rows = sum(min(chunk, data.n - int(c) * chunk) for c in order)
+    err = max(float(np.abs(got.w - q.w).max()), abs(got.b - q.b), float(np.abs(got.V - q.V).max()) if k else 0.0)
+    assert err <= 2e-6, (tr.geo, err)
+    assert abs(loss * data.n / rows - want_loss) <= 1e-6
+
+
 # ------------------------------------------------------------------------------- CLI
 
 def test_cli_wide_lr_cpu(cli):

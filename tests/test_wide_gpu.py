@@ -1,4 +1,5 @@
-"""GPU tests of the wide models: flow and stage against the float64 reference (run on a lent GPU)."""
+"""GPU tests of the wide models: flow (both designs) and stage against the float64 reference (run on a
+lent GPU)."""
 from __future__ import annotations
 
 import numpy as np
@@ -64,6 +65,79 @@ def test_one_epoch_fixed_order_equals_reference(compose, tmp_path, model, k, ds,
     assert abs(loss - want_loss) <= 1e-5
 
 
+WARP_CASES = [("wide_lr", 0, "a9a"), ("wide_fm", 3, "a9a"), ("wide_lr", 0, "ctr_synth"), ("wide_fm", 10, "ctr_synth")]
+WARP_KNOBS = {"s1_sh8": ["model.warp_samples=1", "model.shards=8", "model.shard_hot=64"],
+              "s4_sh1": ["model.warp_samples=4", "model.shards=1"],
+              "s2_epl1": ["model.warp_samples=2", "model.edges_per_lane=1", "model.shards=4", "model.shard_hot=16"]}
+
+
+def spread_over_shards(tr):
+    """Move part of each hot row and of the bias into the other shards (the model is unchanged), so
+    that the readers' shard sums are exercised."""
+    if tr.nsh > 1:
+        P = tr.P.reshape(tr.data.d, tr.kp)
+        part = P[:tr.hsh] * 0.25
+        P[:tr.hsh] -= part * (tr.nsh - 1)
+        tr.Psh.reshape(tr.nsh - 1, tr.hsh, tr.kp)[...] = part[None]
+    b = tr.bb[0] / tr.nsh
+    tr.bb[::32][:tr.nsh] = b
+
+
+@pytest.mark.parametrize("model,k,ds", WARP_CASES)
+@pytest.mark.parametrize("knobs", list(WARP_KNOBS))
+def test_warp_one_epoch_batch_equals_reference(compose, tmp_path, model, k, ds, knobs):
+    """design=warp, update=batch, fixed order: one epoch equals the float64 mini-batch reference."""
+    from pipeline.models.wide import gpu
+    ov = [f"model={model}", f"dataset={ds}", "size=small", "batch_size=256", "model.update=batch",
+          "model.shuffle=false", "model.design=warp", *WARP_KNOBS[knobs]]
+    if k:
+        ov.append(f"model.k={k}")
+    cfg, ctx, data = make(compose, tmp_path, ov)
+    m = cfg.model
+    tr = gpu.FlowWarpTrainer(data, m, ctx)
+    p0 = random_params(data, k, 5)
+    tr.set_params(p0)
+    spread_over_shards(tr)
+    order = np.arange(data.n_chunks, dtype=np.int32)
+    loss, _ = tr.epoch(order)
+    want, want_loss = one_epoch_ref(data, p0, order, 256 // data.chunk, float(m.lr))
+    err = maxdiff(tr.params(), want)
+    print(f"warp/{knobs} batch {model} k={k} {ds}: {tr.describe()}; max |param - reference| = {err:.2e}, "
+          f"loss {loss:.6f} vs {want_loss:.6f}")
+    assert err <= 1e-5
+    assert abs(loss - want_loss) <= 1e-5
+
+
+@pytest.mark.parametrize("model,k,ds", WARP_CASES)
+def test_warp_chunk_one_warp_equals_reference(compose, tmp_path, model, k, ds):
+    """design=warp, update=chunk with one warp in flight training a whole chunk per step (chunk =
+    warp_samples = 4, inflight = 1): strictly sequential chunk steps, i.e. the reference's
+    update=chunk (each chunk applies lr x gradient sum / (batch_size // chunk x chunk))."""
+    from pipeline.models.wide import gpu
+    ov = [f"model={model}", f"dataset={ds}", "size=small", "batch_size=256", "model.update=chunk",
+          "model.shuffle=false", "model.design=warp", "model.chunk=4", "model.warp_samples=4",
+          "model.inflight=1", "model.shards=4", "model.shard_hot=16"]
+    if k:
+        ov.append(f"model.k={k}")
+    cfg, ctx, data = make(compose, tmp_path, ov)
+    m = cfg.model
+    tr = gpu.FlowWarpTrainer(data, m, ctx)
+    assert tr.geo["nw"] == 1
+    order = np.arange(min(data.n_chunks, 1500), dtype=np.int32)     # 1500 sequential steps are plenty
+    p0 = random_params(data, k, 6)
+    tr.set_params(p0)
+    loss, _ = tr.epoch(order)
+    denom = (256 // 4) * 4
+    q = p0.astype(np.float64)
+    want_loss = ref.train_epoch(data.Xtr, data.ytr, q, order, 4, 1, float(m.lr), denom)
+    n_rows = min(data.n, len(order) * 4)
+    err = maxdiff(tr.params(), q)
+    print(f"warp chunk, one warp, {model} k={k} {ds}: max |param - reference| = {err:.2e}, "
+          f"loss {loss * data.n / n_rows:.6f} vs {want_loss:.6f}")
+    assert err <= 1e-5
+    assert abs(loss * data.n / n_rows - want_loss) <= 1e-5
+
+
 @pytest.mark.parametrize("model,ds,extra", [
     ("wide_lr", "a9a", []),
     ("wide_fm", "a9a", ["model.k=3"]),
@@ -71,6 +145,16 @@ def test_one_epoch_fixed_order_equals_reference(compose, tmp_path, model, k, ds,
     ("wide_fm", "ctr_synth", ["dataset.scale=0.02", "model.k=10"]),
     ("wide_lr", "a9a", ["model.update=batch"]),
     ("wide_lr", "ctr_synth", ["dataset.scale=0.02", "model.device_budget_mb=8"]),     # out of core
+    # design=warp (one mini-batch of samples in flight, over all SMs)
+    ("wide_lr", "a9a", ["model.design=warp"]),
+    ("wide_fm", "a9a", ["model.k=3", "model.design=warp"]),
+    ("wide_lr", "ctr_synth", ["dataset.scale=0.02", "model.design=warp"]),
+    ("wide_lr", "ctr_synth", ["dataset.scale=0.02", "model.design=warp", "model.warp_samples=4"]),
+    ("wide_lr", "ctr_synth", ["dataset.scale=0.02", "model.design=warp", "model.shards=1"]),
+    ("wide_fm", "ctr_synth", ["dataset.scale=0.02", "model.k=10", "model.design=warp"]),
+    ("wide_fm", "ctr_synth", ["dataset.scale=0.02", "model.k=10", "model.design=warp", "model.warp_samples=2",
+                              "model.shards=8", "model.shard_hot=16"]),
+    ("wide_lr", "a9a", ["model.update=batch", "model.design=warp"]),
 ])
 def test_final_val_loss_within_0003_of_cpu(cli, model, ds, extra):
     r = cli(f"model={model}", f"dataset={ds}", "backend=cuda", "epochs=20", "batch_size=1024",

@@ -308,3 +308,323 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 #endif
     }
 }
+
+// ---------------------------------------------------------------------------------- flow, warp design
+// model.design=warp: no block-wide phases and no shared memory. A persistent warp trains WS samples
+// (rows of the CSR) per step, WG = 32 / WS lanes per sample; warp gw takes units gw, gw + nw, ...
+// of the epoch (a unit: WS consecutive rows of a chunk of the order), so nw x WS samples are in
+// flight (update=chunk: the host sets nw x WS = model.inflight chunks x C, one mini-batch by
+// default). Per step: gather the parameter rows of the sample's edges (L2, __ldcg), group all-reduce
+// by shuffles (x.w, and for FM x.v_q and sum (x v_q)^2), delta, and one vector RED per 4 floats of
+// each edge's gradient row. The edges and labels of the next units are loaded WPF steps ahead, their
+// row pointers and rows one and two steps before that (software pipeline), so only the parameter
+// gather is on a step's critical path.
+// Parameters are packed rows of KP floats: [w, v_0 .. v_{K-1}, 0 ...] (LR: KP = 1). Hot-line
+// contention: the rows of the HSH most frequent features (and the bias) have NSH shards; a warp adds
+// into shard gw % NSH, readers sum the shards (the host folds them between epochs), so the same-line
+// atomics of the hottest features are spread over NSH lines without delaying any update.
+//
+// Compile-time defines: WS (samples per warp step, power of two <= 32), WEPL (edges per lane held in
+// registers; longer rows go through a tail loop), NSH (shards, 1 = none), HSH (sharded features), WPF
+// (prefetch distance of the edges in steps: a step can be shorter than a DRAM round trip).
+#ifndef WS
+#define WS 1
+#endif
+#ifndef WEPL
+#define WEPL 2
+#endif
+#ifndef NSH
+#define NSH 1
+#endif
+#ifndef HSH
+#define HSH 0
+#endif
+#ifndef WPF
+#define WPF 2                                         // steps ahead the edges are loaded (>= 1)
+#endif
+#define WG (32 / WS)                                  // lanes per sample
+#define KP ((K) > 0 ? (((K) + 4) & ~3) : 1)           // floats per packed parameter row
+#define BST 32                                        // float stride of the bias shards (own lines)
+#define SHARDED (NSH > 1 && HSH > 0)
+
+static_assert(WS >= 1 && WS <= 32 && (WS & (WS - 1)) == 0, "WS: a power of two <= 32");
+static_assert(C % WS == 0, "C must be a multiple of WS");
+static_assert(WPF >= 1 && WPF <= 4, "WPF: 1..4");
+
+__device__ __forceinline__ float grp_sum(float a) {             // all-reduce over a sample's WG lanes
+#pragma unroll
+    for (int o = WG / 2; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+    return a;
+}
+
+__device__ __forceinline__ float cross_sum(float a) {           // sum over the warp's WS groups
+#pragma unroll
+    for (int o = WG; o < 32; o <<= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+    return a;
+}
+
+// row of unit u for group grp, or -1 (past the epoch or past the last row)
+__device__ __forceinline__ int unit_row(const int* __restrict__ order, int u, int n_units, int n, int grp) {
+    if (u >= n_units) return -1;
+    const int c = __ldg(order + u / (C / WS));
+    const int r = c * C + (u % (C / WS)) * WS + grp;
+    return r < n ? r : -1;
+}
+
+__device__ __forceinline__ void load_edges(int* f, float* x, const int* __restrict__ indices,
+                                           const float* __restrict__ data, long long e0, long long e1, int j) {
+#pragma unroll
+    for (int i = 0; i < WEPL; i++) {
+        const long long e = e0 + j + (long long)WG * i;
+        const bool ok = e < e1;
+        f[i] = ok ? __ldcs(indices + e) : 0;              // streamed once: keep the parameters in L2
+        x[i] = ok ? __ldcs(data + e) : 0.f;
+    }
+}
+
+// destination row of a gradient: the warp's shard for a sharded hot feature, else the row itself
+__device__ __forceinline__ float* dst_row(float* T, float* Tsh, int f, int rs) {
+#if SHARDED
+    if (rs > 0 && f < HSH) return Tsh + ((size_t)(rs - 1) * HSH + f) * KP;
+#endif
+    return T + (size_t)f * KP;
+}
+
+#if K == 0
+__device__ __forceinline__ float read_w(const float* P, const float* Psh, int f) {
+    float a = __ldcg(P + f);
+#if SHARDED
+    if (f < HSH) {
+#pragma unroll
+        for (int r = 0; r < NSH - 1; r++) a += __ldcg(Psh + (size_t)r * HSH + f);
+    }
+#endif
+    return a;
+}
+#else
+__device__ __forceinline__ void read_row(float* p, const float* P, const float* Psh, int f) {
+    const float4* a = reinterpret_cast<const float4*>(P + (size_t)f * KP);
+#pragma unroll
+    for (int t = 0; t < KP / 4; t++) {
+        const float4 q = __ldcg(a + t);
+        p[4 * t] = q.x; p[4 * t + 1] = q.y; p[4 * t + 2] = q.z; p[4 * t + 3] = q.w;
+    }
+#if SHARDED
+    if (f < HSH) {
+#pragma unroll
+        for (int r = 0; r < NSH - 1; r++) {
+            const float4* b = reinterpret_cast<const float4*>(Psh + ((size_t)r * HSH + f) * KP);
+#pragma unroll
+            for (int t = 0; t < KP / 4; t++) {
+                const float4 q = __ldcg(b + t);
+                p[4 * t] += q.x; p[4 * t + 1] += q.y; p[4 * t + 2] += q.z; p[4 * t + 3] += q.w;
+            }
+        }
+    }
+#endif
+}
+
+__device__ __forceinline__ void accumulate(const float* p, float x, float& lin, float* a2, float& a3) {
+    lin += p[0] * x;
+#pragma unroll
+    for (int q = 0; q < K; q++) {
+        const float t = p[1 + q] * x;
+        a2[q] += t;
+        a3 += t * t;
+    }
+}
+
+// dst += g * (x, x a2_q - v_q x^2): KP / 4 vector REDs (sm_90), scalar atomics before Hopper
+__device__ __forceinline__ void red_row(float* dst, const float* p, float x, float g, const float* a2) {
+    float gr[KP];
+    gr[0] = g * x;
+#pragma unroll
+    for (int q = 0; q < K; q++) gr[1 + q] = g * (x * a2[q] - p[1 + q] * x * x);
+#pragma unroll
+    for (int q = 1 + K; q < KP; q++) gr[q] = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#pragma unroll
+    for (int t = 0; t < KP / 4; t++)
+        atomicAdd(reinterpret_cast<float4*>(dst) + t, make_float4(gr[4 * t], gr[4 * t + 1], gr[4 * t + 2], gr[4 * t + 3]));
+#else
+#pragma unroll
+    for (int q = 0; q < 1 + K; q++) atomicAdd(dst + q, gr[q]);
+#endif
+}
+#endif
+
+// Apply of one step: gradient g * (x, x a2_q - v_q x^2) of each edge of the lane's sample, as REDs.
+__device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long long c1, long long tail, int rs,
+                                           const int* __restrict__ indices, const float* __restrict__ data,
+                                           const float* P, const float* Psh, float* T, float* Tsh, float g
+#if K > 0
+                                           , const float (*p)[KP], const float* a2
+#endif
+                                           ) {
+#if K == 0
+#pragma unroll
+    for (int i = 0; i < WEPL; i++)
+        if (cx[i] != 0.f) atomicAdd(dst_row(T, Tsh, cf[i], rs), g * cx[i]);
+    for (long long e = tail; e < c1; e += WG) {
+        const float x = __ldcs(data + e);
+        if (x != 0.f) atomicAdd(dst_row(T, Tsh, __ldcs(indices + e), rs), g * x);
+    }
+#else
+#pragma unroll
+    for (int i = 0; i < WEPL; i++)
+        if (cx[i] != 0.f) red_row(dst_row(T, Tsh, cf[i], rs), p[i], cx[i], g, a2);
+    for (long long e = tail; e < c1; e += WG) {
+        const int f = __ldcs(indices + e);
+        const float x = __ldcs(data + e);
+        if (x != 0.f) {
+            float pt[KP];
+            read_row(pt, P, Psh, f);
+            red_row(dst_row(T, Tsh, f, rs), pt, x, g, a2);
+        }
+    }
+#endif
+}
+
+// One training step of the warp: unit with rows r (per group; -1: none), label yy, row edges
+// [c0, c1) of which WEPL per lane are in registers (cf, cx).
+__device__ __forceinline__ void warp_step(const int* cf, const float* cx, long long c0, long long c1, int r, float yy,
+                                          int j, int lane, int rs, const int* __restrict__ indices,
+                                          const float* __restrict__ data, const float* P, const float* Psh,
+                                          const float* bb, float* T, float* Tsh, float* tb, float scale,
+                                          double& lsum) {
+    const long long tail = c0 + (long long)WG * WEPL + j;
+#if K == 0
+    float pv[WEPL];
+#pragma unroll
+    for (int i = 0; i < WEPL; i++) pv[i] = cx[i] != 0.f ? read_w(P, Psh, cf[i]) : 0.f;
+    float lin = 0.f;
+    for (long long e = tail; e < c1; e += WG) lin += read_w(P, Psh, __ldcs(indices + e)) * __ldcs(data + e);
+    for (int s = j; s < NSH; s += WG) lin += __ldcg(bb + s * BST);
+#pragma unroll
+    for (int i = 0; i < WEPL; i++) lin += pv[i] * cx[i];
+    const float z = grp_sum(lin);
+#else
+    float p[WEPL][KP];
+#pragma unroll
+    for (int i = 0; i < WEPL; i++) {
+        if (cx[i] != 0.f) read_row(p[i], P, Psh, cf[i]);
+        else {
+#pragma unroll
+            for (int q = 0; q < KP; q++) p[i][q] = 0.f;
+        }
+    }
+    float lin = 0.f, a3 = 0.f, a2[K];
+#pragma unroll
+    for (int q = 0; q < K; q++) a2[q] = 0.f;
+    for (long long e = tail; e < c1; e += WG) {
+        float pt[KP];
+        read_row(pt, P, Psh, __ldcs(indices + e));
+        accumulate(pt, __ldcs(data + e), lin, a2, a3);
+    }
+    for (int s = j; s < NSH; s += WG) lin += __ldcg(bb + s * BST);
+#pragma unroll
+    for (int i = 0; i < WEPL; i++) accumulate(p[i], cx[i], lin, a2, a3);
+    float z = grp_sum(lin);
+    float sq = 0.f;
+#pragma unroll
+    for (int q = 0; q < K; q++) {
+        a2[q] = grp_sum(a2[q]);
+        sq += a2[q] * a2[q];
+    }
+    z += 0.5f * (sq - grp_sum(a3));
+#endif
+    const float d = r >= 0 ? __fdividef(1.f, 1.f + __expf(-z)) - yy : 0.f;
+    const float g = scale * d;                             // the same in all lanes of the group
+    const float gsum = cross_sum(g);
+    if (lane == 0 && gsum != 0.f) atomicAdd(tb + rs * BST, gsum);
+    if (g != 0.f) warp_apply(cf, cx, c1, tail, rs, indices, data, P, Psh, T, Tsh, g
+#if K > 0
+                             , p, a2
+#endif
+                             );
+    if (j == 0 && r >= 0) lsum += (double)logloss(z, yy);   // off the critical path, after the updates
+}
+
+// Trains the units of the chunks order[0..n_order) with nw warps (warps past nw return at once).
+// update=chunk: T/Tsh/tb alias P/Psh/bb (asynchronous, shard_writes = 1); update=batch: T is a
+// gradient buffer (shard_writes = 0: every gradient to T and tb[0]) committed by warp_commit.
+extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
+                                     const long long* __restrict__ indptr, const int* __restrict__ indices,
+                                     const float* __restrict__ data, const float* __restrict__ y, int n, int nw,
+                                     const float* P, const float* Psh, const float* bb,
+                                     float* T, float* Tsh, float* tb, int shard_writes, float scale,
+                                     double* loss_sum) {
+    const int gw = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+    if (gw >= nw) return;                                  // whole warps
+    const int lane = threadIdx.x & 31;
+    const int grp = lane / WG, j = lane % WG;
+    const int n_units = n_order * (C / WS);
+    const int rs = shard_writes ? gw % NSH : 0;
+    // software pipeline over this warp's units u, u + nw, u + 2 nw, ...: at step t the edges and
+    // labels of unit t + WPF are loaded (their row pointers arrived a step earlier), the row pointers
+    // of unit t + WPF + 1 (its row arrived a step earlier) and the row of unit t + WPF + 2; slot 0
+    // of each window is the current unit. All indices are compile-time after unrolling: registers.
+    int rw[WPF + 3];                       // rows of units t .. t + WPF + 2 (slots 0 .. WPF + 1 valid)
+    long long p0[WPF + 2], p1[WPF + 2];    // row pointers of units t .. t + WPF + 1 (0 .. WPF valid)
+    int ef[WPF + 1][WEPL];                 // edges and labels of units t .. t + WPF (0 .. WPF - 1 valid)
+    float ex[WPF + 1][WEPL], ey[WPF + 1];
+    int u = gw;
+#pragma unroll
+    for (int a = 0; a < WPF + 2; a++) rw[a] = unit_row(order, u + a * nw, n_units, n, grp);
+#pragma unroll
+    for (int a = 0; a < WPF + 1; a++) {
+        p0[a] = rw[a] >= 0 ? __ldg(indptr + rw[a]) : 0;
+        p1[a] = rw[a] >= 0 ? __ldg(indptr + rw[a] + 1) : 0;
+    }
+#pragma unroll
+    for (int a = 0; a < WPF; a++) {
+        load_edges(ef[a], ex[a], indices, data, p0[a], p1[a], j);
+        ey[a] = rw[a] >= 0 ? __ldg(y + rw[a]) : 0.f;
+    }
+    double lsum = 0.0;
+    for (; u < n_units; u += nw) {
+        load_edges(ef[WPF], ex[WPF], indices, data, p0[WPF], p1[WPF], j);
+        ey[WPF] = rw[WPF] >= 0 ? __ldg(y + rw[WPF]) : 0.f;
+        p0[WPF + 1] = rw[WPF + 1] >= 0 ? __ldg(indptr + rw[WPF + 1]) : 0;
+        p1[WPF + 1] = rw[WPF + 1] >= 0 ? __ldg(indptr + rw[WPF + 1] + 1) : 0;
+        rw[WPF + 2] = unit_row(order, u + (WPF + 2) * nw, n_units, n, grp);
+        warp_step(ef[0], ex[0], p0[0], p1[0], rw[0], ey[0], j, lane, rs, indices, data, P, Psh, bb, T, Tsh, tb,
+                  scale, lsum);
+        __syncwarp();       // the next step's reads follow this step's updates of every lane of the warp
+#pragma unroll
+        for (int a = 0; a < WPF + 2; a++) rw[a] = rw[a + 1];
+#pragma unroll
+        for (int a = 0; a < WPF + 1; a++) { p0[a] = p0[a + 1]; p1[a] = p1[a + 1]; }
+#pragma unroll
+        for (int a = 0; a < WPF; a++) {
+            ey[a] = ey[a + 1];
+#pragma unroll
+            for (int i = 0; i < WEPL; i++) { ef[a][i] = ef[a + 1][i]; ex[a][i] = ex[a + 1][i]; }
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
+    if (lane == 0 && lsum != 0.0) atomicAdd(loss_sum, lsum);
+}
+
+// update=batch with the warp design: P += Gr over the packed rows of the features the batch's rows
+// touch (each entry taken once by atomicExch), bias shard 0 += gb[0]; buffers reset.
+extern "C" __global__ void warp_commit(const int* __restrict__ order, int n_order, int n,
+                                       const long long* __restrict__ indptr, const int* __restrict__ indices,
+                                       float* P, float* bb, float* Gr, float* gb) {
+    for (int it = blockIdx.x; it < n_order; it += gridDim.x) {
+        const int r0 = order[it] * C;
+        const int r1 = min(r0 + C, n);
+        for (long long e = indptr[r0] + threadIdx.x; e < indptr[r1]; e += blockDim.x) {
+            const size_t f = (size_t)indices[e] * KP;
+            for (int q = 0; q < (K > 0 ? 1 + K : 1); q++) {
+                const float g = atomicExch(&Gr[f + q], 0.f);
+                if (g != 0.f) P[f + q] += g;
+            }
+        }
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        bb[0] += gb[0];
+        gb[0] = 0.f;
+    }
+}

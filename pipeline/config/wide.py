@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from pipeline.config import DatasetConf, ModelConf, check_variants, is_pow2, require, store, validator
 
 UPDATES = ("chunk", "batch")
+DESIGNS = ("chunk", "warp")
 FORMATS = ("svmlight", "criteo", "synth")
 
 
@@ -22,6 +23,13 @@ class WideConf(ModelConf):
     blocks_per_sm: int = 4       # persistent blocks per SM (cap)
     inflight: int = 0            # flow, update=chunk: chunks in flight (0: one mini-batch, batch_size // chunk)
     update: str = "chunk"        # flow: chunk (async per chunk, authors' code) | batch (paper's text)
+    design: str = "chunk"        # flow kernel: chunk (a block per chunk, as the authors) | warp (a warp per sample(s))
+    warp_samples: int = 1        # design=warp: samples a warp trains per step (32 / this = lanes per sample)
+    warps_per_block: int = 0     # design=warp: 0 = the most (<= 8) that still puts a block on every SM
+    edges_per_lane: int = 0      # design=warp: edges per lane kept in registers (0: from the 99th pct row length)
+    shards: int = 1              # design=warp: copies of the hot parameter rows and the bias (spread atomics)
+    shard_hot: int = 0           # design=warp: most frequent features whose rows are sharded
+    prefetch: int = 0            # design=warp: steps ahead the edges are loaded (0: 2, or 1 for big FM rows)
     shuffle: bool = True         # reshuffle chunk order every epoch
     init_std: float = 0.01       # FM factors ~ N(0, init_std^2), seeded
     device_budget_mb: float = 0  # out-of-core when training data exceeds this (0: 60% of free memory)
@@ -62,6 +70,16 @@ def _check(cfg) -> None:
     require(1 <= m.blocks_per_sm <= 32, "model.blocks_per_sm", m.blocks_per_sm, "1..32")
     require(m.inflight >= 0, "model.inflight", m.inflight, "0 (one mini-batch) or a positive number of chunks")
     require(m["update"] in UPDATES, "model.update", m["update"], " or ".join(UPDATES))
+    require(m.design in DESIGNS, "model.design", m.design, " or ".join(DESIGNS))
+    require(is_pow2(m.warp_samples) and m.warp_samples <= 32, "model.warp_samples", m.warp_samples,
+            "a power of two <= 32")
+    require(m.chunk % m.warp_samples == 0, "model.warp_samples", m.warp_samples,
+            f"a divisor of model.chunk ({m.chunk})")
+    require(0 <= m.warps_per_block <= 32, "model.warps_per_block", m.warps_per_block, "0 (auto) or 1..32")
+    require(0 <= m.edges_per_lane <= 32, "model.edges_per_lane", m.edges_per_lane, "0 (auto) or 1..32")
+    require(1 <= m.shards <= 32, "model.shards", m.shards, "1 (none) .. 32")
+    require(m.shard_hot >= 0, "model.shard_hot", m.shard_hot, "a non-negative number of features")
+    require(0 <= m.prefetch <= 4, "model.prefetch", m.prefetch, "0 (auto) or 1..4 steps")
     require(m.init_std >= 0, "model.init_std", m.init_std, "a non-negative standard deviation")
     require(m.streams >= 1, "model.streams", m.streams, "a positive integer")
     check_variants(cfg, ["flow", "stage", "torch", "cpu"])

@@ -1,7 +1,7 @@
 """cuWide (Miao et al., TKDE 2022): flow-based training of sparse wide models (LR, FM).
 
 GPU_SUITE: the benchmark runs (each < 90 s on an H100/H200); SANITIZE: tiny configs running each
-kernel once (flow in both update modes and out of core, stage, LR and FM)."""
+kernel once (flow in both update modes and out of core, design=warp, stage, LR and FM)."""
 
 GPU_SUITE = [
     ["model=wide_lr", "dataset=a9a", "epochs=30", "batch_size=1024"],
@@ -13,6 +13,10 @@ GPU_SUITE = [
      "model.baselines=[]", "model.device_budget_mb=200", "model.early_stop=false"],
     ["model=wide_lr", "dataset=ctr_synth", "dataset.scale=0.2", "epochs=3", "batch_size=1024",
      "model.inflight=64", "model.baselines=[stage]", "model.early_stop=false"],
+    ["model=wide_lr", "dataset=ctr_synth", "dataset.scale=0.2", "epochs=3", "batch_size=1024",
+     "model.design=warp", "model.baselines=[stage]", "model.early_stop=false"],
+    ["model=wide_fm", "dataset=ctr_synth", "dataset.scale=0.1", "epochs=3", "batch_size=1024",
+     "model.design=warp", "model.baselines=[stage]", "model.early_stop=false"],
 ]
 
 SANITIZE = [
@@ -22,4 +26,8 @@ SANITIZE = [
      "model.k=3", "model.update=batch", "model.baselines=[stage]"],
     ["model=wide_lr", "dataset=ctr_synth", "size=small", "dataset.small_scale=0.001", "epochs=1",
      "model.device_budget_mb=0.2", "model.baselines=[]"],
+    ["model=wide_lr", "dataset=ctr_synth", "size=small", "dataset.small_scale=0.001", "epochs=1",
+     "model.design=warp", "model.baselines=[]"],
+    ["model=wide_fm", "dataset=ctr_synth", "size=small", "dataset.small_scale=0.001", "epochs=1",
+     "model.k=3", "model.design=warp", "model.warp_samples=4", "model.update=batch", "model.baselines=[]"],
 ]

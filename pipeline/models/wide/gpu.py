@@ -205,6 +205,150 @@ class FlowTrainer(_Base):
         return float(self.loss.get()[0]) / data.n, wall
 
 
+def packed_width(k: int) -> int:
+    """Floats per packed parameter row of the warp design: [w, v_0..v_{k-1}] padded to a multiple of 4."""
+    return 1 if k == 0 else (k + 4) & ~3
+
+
+def csr_bytes(data: WideData) -> int:
+    """Device bytes of the training CSR the warp design reads (indptr, indices, data, labels)."""
+    return int(8 * (data.n + 1) + 8 * data.Xtr.nnz + 4 * data.n)
+
+
+def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
+    """Samples per warp step, lanes per sample, edges per lane in registers, warps in flight (update=chunk:
+    ``model.inflight`` chunks, default one mini-batch, of samples), warps per block, shards."""
+    ws = int(mc.warp_samples)
+    wg = 32 // ws
+    k = int(mc.k)
+    kp = packed_width(k)
+    epl = int(mc.edges_per_lane)
+    if not epl:
+        lens = np.diff(data.Xtr.indptr)
+        q = float(np.percentile(lens, 99)) if len(lens) else 1.0
+        cap = 16 if k == 0 else max(1, 96 // kp)          # FM: the rows of the lane's edges stay in registers
+        epl = int(min(cap, max(1, -(-int(np.ceil(q)) // wg))))
+    batch_chunks = max(1, int(mc.batch_size) // data.chunk)
+    samples = (int(mc.inflight) or batch_chunks) * data.chunk
+    nw = max(1, min(-(-samples // ws), 32 * sm))
+    wpb = int(mc.warps_per_block)
+    if not wpb:
+        wpb = next((w for w in (8, 4, 2) if -(-nw // w) >= sm), 1)
+    nsh = max(1, int(mc.shards))
+    hsh = min(int(mc.shard_hot), data.d) if nsh > 1 else 0
+    wpf = int(mc.get("prefetch", 0)) or (2 if kp * epl <= 48 else 1)   # registers: (wpf + 1) x epl edges
+    return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
+            "wpb": wpb, "kp": kp}
+
+
+class FlowWarpTrainer(_Base):
+    """model.design=warp: flow with a warp per ``warp_samples`` sample(s) instead of a block per chunk
+    (``cuda/wide/wide.cu:flow_warp``): the same in-flight bound (``model.inflight`` chunks x chunk
+    samples, one mini-batch by default) spread over every SM, no shared memory, no block barriers,
+    the data of the next steps prefetched, packed parameter rows (vector loads and REDs), sharded
+    hot rows. update=chunk: one launch per epoch; update=batch: per mini-batch one launch into
+    gradient buffers and a commit launch. Parameters live in ``P`` (d x kp), ``Psh`` (shards 1.. of
+    the hot rows) and ``bb`` (bias shards, 32 floats apart); ``params()`` folds the shards."""
+
+    def __init__(self, data: WideData, mc, ctx):
+        import cupy as cp
+        self.cp, self.data, self.mc, self.ctx = cp, data, mc, ctx
+        self.k = int(mc.k)
+        sm = ctx.device.sm_count if ctx.device else 132
+        self.geo = geo = warp_geometry(mc, data, sm)
+        self.kp = geo["kp"]
+        self.nsh, self.hsh = geo["NSH"], geo["HSH"]
+        from pipeline.gpu import kernels
+        defines = dict(kernel_defines(mc, data))
+        defines.update({k: geo[k] for k in ("WS", "WEPL", "NSH", "HSH", "WPF")})
+        self.mod = kernels.load("wide", "wide.cu", defines=defines)
+        self.train = self.mod.kernel("flow_warp", "PiPPPPiiPPPPPPifP")
+        self.commit = self.mod.kernel("warp_commit", "PiiPPPPPP")
+        d, kp = data.d, self.kp
+        self.P = cp.zeros(d * kp, cp.float32)
+        self.Psh = cp.zeros(max(1, (self.nsh - 1) * self.hsh * kp), cp.float32)
+        self.bb = cp.zeros(32 * self.nsh, cp.float32)
+        self.update = str(mc["update"])
+        if self.update == "batch":
+            self.Gr = cp.zeros(d * kp, cp.float32)
+            self.gb = cp.zeros(32, cp.float32)
+        self.loss = cp.zeros(1, cp.float64)
+        self.per = chunks_per_step(self.update, int(mc.batch_size), data.chunk)
+        self.batch_chunks = max(1, int(mc.batch_size) // data.chunk)
+        self.denom = self.batch_chunks * data.chunk
+        self.lr = float(mc.lr)
+        self.out_of_core = False
+        from pipeline.gpu.transfer import upload_all
+        X = data.Xtr
+        self.dev = upload_all({"indptr": X.indptr.astype(np.int64), "indices": X.indices.astype(np.int32),
+                               "data": X.data.astype(np.float32), "y": data.ytr})
+
+    def describe(self) -> str:
+        g = self.geo
+        return (f"flow design=warp: {g['nw']} warps in flight x {g['WS']} sample(s) ({g['WG']} lanes each, "
+                f"{g['WEPL']} edges/lane in registers, loaded {g['WPF']} steps ahead), {g['wpb']} warps/block, "
+                f"hot rows {g['HSH']} x {g['NSH']} shards, packed rows of {self.kp} floats")
+
+    def set_params(self, p: Params) -> None:
+        cp = self.cp
+        P = self.P.reshape(self.data.d, self.kp)
+        P[...] = 0
+        P[:, 0] = cp.asarray(p.w, cp.float32)
+        if self.k:
+            P[:, 1:1 + self.k] = cp.asarray(np.asarray(p.V, np.float32))
+        self.Psh.fill(0)
+        self.bb.fill(0)
+        self.bb[0] = float(p.b)
+
+    def _fold(self) -> None:
+        """Add the shards into shard 0 (the sum, i.e. the model, is unchanged); between launches."""
+        if self.nsh > 1:
+            P = self.P.reshape(self.data.d, self.kp)
+            P[:self.hsh] += self.Psh.reshape(self.nsh - 1, self.hsh, self.kp).sum(0)
+            self.Psh.fill(0)
+        b = self.bb[::32].sum()
+        self.bb.fill(0)
+        self.bb[0] = b
+
+    def params(self) -> Params:
+        self._fold()
+        P = self.P.reshape(self.data.d, self.kp).get()
+        b = float(self.bb[:1].get()[0])
+        return Params(P[:, 0].copy(), b, P[:, 1:1 + self.k].copy() if self.k else None)
+
+    def _launch(self, order_dev, n_order, target, shard_writes, scale, nw):
+        g = self.geo
+        wpb = max(1, min(g["wpb"], nw))
+        grid = -(-nw // wpb)
+        T, Tsh, tb = target
+        self.train((grid,), (32 * wpb,), order_dev, np.int32(n_order), self.dev["indptr"], self.dev["indices"],
+                   self.dev["data"], self.dev["y"], np.int32(self.data.n), np.int32(nw), self.P, self.Psh, self.bb,
+                   T, Tsh, tb, np.int32(shard_writes), np.float32(scale), self.loss)
+
+    def epoch(self, order: np.ndarray) -> Tuple[float, float]:
+        cp, data = self.cp, self.data
+        order_dev = cp.asarray(order.astype(np.int32))
+        self.loss.fill(0)
+        start, end = self._events()
+        start.record()
+        if self.update == "chunk":
+            self._launch(order_dev, len(order), (self.P, self.Psh, self.bb), 1, -self.lr / self.denom,
+                         self.geo["nw"])
+        else:
+            upc = data.chunk // self.geo["WS"]
+            for i in range(0, len(order), self.per):
+                cs = order[i:i + self.per]
+                nb = int(sum(min(data.chunk, data.n - c * data.chunk) for c in cs))
+                view = order_dev[i:i + len(cs)]
+                self._launch(view, len(cs), (self.Gr, self.Psh, self.gb), 0, -self.lr / nb,
+                             min(len(cs) * upc, 32 * 1024))
+                self.commit((max(1, min(len(cs), 1024)),), (256,), view, np.int32(len(cs)), np.int32(data.n),
+                            self.dev["indptr"], self.dev["indices"], self.P, self.bb, self.Gr, self.gb)
+        end.record()
+        end.synchronize()
+        return float(self.loss.get()[0]) / data.n, end.time_since(start)
+
+
 class StageTrainer(_Base):
     """Per mini-batch: SpMV (logits to global memory), gradient (scattered into a gradient buffer),
     apply (w += scale * g over the batch's features). Always strict mini-batches."""

@@ -83,6 +83,14 @@ class WideModel(Model):
         from pipeline.models.wide import gpu
         m = self.cfg.model
         for v in self.ours + self.baselines:
+            if v == "flow" and str(m.design) == "warp":
+                budget = self.budget_bytes()
+                if gpu.csr_bytes(self.data) <= budget:
+                    self.trainers[v] = gpu.FlowWarpTrainer(self.data, m, self.ctx)
+                    self.ctx.notice(self.trainers[v].describe())
+                    continue
+                self.ctx.notice("flow: design=warp keeps the training data on the device, which exceeds the device "
+                                "budget; using design=chunk (out of core)")
             if v == "flow":
                 self.trainers[v] = gpu.FlowTrainer(self.data, m, self.ctx, self.budget_bytes())
                 if self.trainers[v].out_of_core:

@@ -168,6 +168,7 @@ __device__ void radix_pass(const unsigned* hi, const unsigned* lo, unsigned base
             if (lane >= o) incl += v;
         }
         const unsigned want = s.remain;
+        __syncwarp();            // every lane has read s.remain before one lane rewrites it
         const unsigned ballot = __ballot_sync(0xFFFFFFFFu, incl >= want);
         const int first = __ffs(ballot) - 1;
         if (lane == first) {

@@ -24,6 +24,8 @@ class SparseDnnDatasetConf:
     ymax: float = 32.0
     inputs: str = "mnist"              # radixnet only: mnist (resized + binarized) | random
     golden: str = ""                   # tsv only: categories file name ('' = neuron{N}-l{L}-categories.tsv)
+    keep_layers_gb: float = 2.0        # radixnet: layers up to this many GB (as CSR) are kept as a list; larger
+                                       # networks are regenerated on demand for each pass (never all held)
     small_layers: int = 24             # size=small preset (CPU backend)
     small_images: int = 400
 
@@ -41,6 +43,9 @@ class SparseDnnConf(ModelConf):
     repeats: int = 3                   # timed passes per variant (median reported)
     warmup: int = 1
     saturation_shortcut: bool = True   # reference: skip rows that are provably saturated (exact)
+    budget_s: float = 420.0            # wall seconds per network (its preparation included) after which no further
+                                       # warm-up/repeat pass or baseline is started (0 = no limit); only huge
+                                       # networks (65536 x 1920: ~2 min a pass) ever reach it
     grid: List[Any] = field(default_factory=list)   # [[N, L], ...]: run each cell (snig_table3)
     paper: Any = None                  # the paper's Table 3 numbers (experiment config)
 
@@ -60,6 +65,8 @@ def _check(cfg) -> None:
     require(int(d.layers) > 0, "dataset.layers", d.layers, "a positive integer")
     require(int(d.images) >= 0, "dataset.images", d.images, "0 (all) or a positive integer")
     require(float(d.ymax) > 0, "dataset.ymax", d.ymax, "a positive number")
+    require(float(d.get("keep_layers_gb", 2.0)) >= 0, "dataset.keep_layers_gb", d.get("keep_layers_gb"),
+            "0 (always regenerate) or a positive number of GB")
     require(int(m.batch_size) >= 0, "model.batch_size", m.batch_size, "0 (one batch) or a positive integer")
     require(int(m.weight_buffers) >= 1, "model.weight_buffers", m.weight_buffers, "at least 1")
     require(int(m.num_secs) >= 0, "model.num_secs", m.num_secs, "0 (auto) or a positive integer")
@@ -71,6 +78,7 @@ def _check(cfg) -> None:
             "model.block", blk, "[dim_x, dim_y] with dim_x*dim_y <= 1024")
     require(1 <= int(m.rows_per_block) <= 8, "model.rows_per_block", m.rows_per_block, "1..8")
     require(int(m.repeats) >= 1, "model.repeats", m.repeats, "at least 1")
+    require(float(m.get("budget_s", 0)) >= 0, "model.budget_s", m.get("budget_s"), "0 (no limit) or seconds")
     require(int(m.gpus) >= 0, "model.gpus", m.gpus, "0 (every GPU present), 1 (in-process) or a GPU count")
     for cell in list(m.grid):
         ok = len(cell) == 2 and int(cell[0]) in SIZES and int(cell[1]) > 0

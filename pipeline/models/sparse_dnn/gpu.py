@@ -43,52 +43,88 @@ def _pinned(shape, dtype):
     return drv.pagelocked_empty(shape, dtype)
 
 
-def pack_sectioned(layers: List[sp.csr_matrix], S: int, alloc=None) -> Tuple[np.ndarray, int]:
+def _pack_sectioned_row(W: sp.csr_matrix, S: int, row: np.ndarray, cap: int) -> None:
+    """Layer W into ``row`` = [col_w (S*N+1) | row_w (cap) | val (cap)] (see :func:`pack_sectioned`).
+    No sort: within a CSR row (sorted j) each section's entries are contiguous, so entry k goes to
+    k + (start of its (section, row) group in the sectioned order - its start in CSR order)."""
+    N = W.shape[0]
+    W = W if W.has_sorted_indices else W.sorted_indices()
+    nnz = W.nnz
+    vals = W.data.astype(np.float32, copy=False).view(np.int32)
+    if S == 1:
+        row[: N + 1] = W.indptr
+        row[N + 1: N + 1 + nnz] = W.indices
+        row[N + 1 + cap: N + 1 + cap + nnz] = vals
+        return
+    sec = N // S
+    j = W.indices
+    indptr = W.indptr.astype(np.int64, copy=False)
+    t = j // np.int32(sec) if j.dtype == np.int32 else (j // sec).astype(np.int64)
+    i = np.repeat(np.arange(N, dtype=np.int32), np.diff(indptr))
+    key = t.astype(np.int64) * N + i
+    counts = np.bincount(key, minlength=S * N).reshape(S, N)
+    ptr = np.zeros(S * N + 1, np.int64)
+    np.cumsum(counts.ravel(), out=ptr[1:])
+    first = (np.cumsum(counts, axis=0) - counts) + indptr[:-1][None, :]     # group start in CSR order
+    dest = np.arange(nnz, dtype=np.int64) + (ptr[:-1] - first.ravel())[key]
+    row[: S * N + 1] = ptr
+    row[S * N + 1: S * N + 1 + nnz][dest] = j
+    row[S * N + 1 + cap: S * N + 1 + cap + nnz][dest] = vals
+
+
+def _pack(layers, stride_of, fill, alloc, workers: int, progress, desc: str):
+    """Allocate (L, stride) int32 (pinned unless ``alloc``) and fill each layer's row on ``workers``
+    threads, straight from the layers (a lazy RadiX-Net is generated inside the same threads, so no
+    list of CSR matrices is ever held beside the packed copy)."""
+    from pipeline.data.radixnet import layer_imap, max_nnz
+    N = layers[0].shape[0]
+    cap = max_nnz(layers)
+    stride = -(-stride_of(N, cap) // 32) * 32
+    out = (alloc or _pinned)((len(layers), stride), np.int32)
+    for _ in layer_imap(layers, lambda l, W: fill(W, out[l], cap), workers, progress, desc):
+        pass
+    return out, cap
+
+
+def pack_sectioned(layers: List[sp.csr_matrix], S: int, alloc=None, workers: int = 0,
+                   progress=None) -> Tuple[np.ndarray, int]:
     """(L, stride) int32 array (pinned unless ``alloc`` says otherwise), one row per layer:
     [col_w (S*N+1) | row_w (cap) | val (cap)]. Row t*N + i of the sectioned CSR lists input
-    neuron i's targets j inside output section t = j // sec, sorted by j."""
-    N = layers[0].shape[0]
-    sec = N // S
-    cap = max(w.nnz for w in layers)
-    stride = -(-(S * N + 1 + 2 * cap) // 32) * 32
-    out = (alloc or _pinned)((len(layers), stride), np.int32)
-    for l, W in enumerate(layers):
-        W = W if W.has_sorted_indices else W.sorted_indices()
-        nnz = W.nnz
-        row = out[l]
-        vals = W.data.astype(np.float32, copy=False).view(np.int32)
-        if S == 1:
-            row[: N + 1] = W.indptr
-            row[N + 1: N + 1 + nnz] = W.indices
-            row[N + 1 + cap: N + 1 + cap + nnz] = vals
-            continue
-        j = W.indices
-        t = (j // sec).astype(np.int16 if S < 32768 else np.int32)
-        order = np.argsort(t, kind="stable")          # (section, i, j): CSR order is (i, j)
-        i = np.repeat(np.arange(N, dtype=np.int64), np.diff(W.indptr))
-        key = t.astype(np.int64) * N + i
-        ptr = np.zeros(S * N + 1, np.int64)
-        np.cumsum(np.bincount(key, minlength=S * N), out=ptr[1:])
-        row[: S * N + 1] = ptr
-        row[S * N + 1: S * N + 1 + nnz] = j[order]
-        row[S * N + 1 + cap: S * N + 1 + cap + nnz] = vals[order]
-    return out, cap
+    neuron i's targets j inside output section t = j // sec, sorted by j. Layers are packed on
+    ``workers`` threads (0: up to 16)."""
+    return _pack(layers, lambda N, cap: S * N + 1 + 2 * cap, lambda W, row, cap: _pack_sectioned_row(W, S, row, cap),
+                 alloc, workers, progress, f"pack snig (S={S})")
 
 
-def pack_csc(layers: List[sp.csr_matrix], alloc=None) -> Tuple[np.ndarray, int]:
+def _pack_csc_row(W: sp.csr_matrix, row: np.ndarray, cap: int) -> None:
+    N = W.shape[0]
+    C = sp.csc_matrix(W)
+    C.sort_indices()
+    row[: N + 1] = C.indptr
+    row[N + 1: N + 1 + C.nnz] = C.indices
+    row[N + 1 + cap: N + 1 + cap + C.nnz] = C.data.astype(np.float32).view(np.int32)
+
+
+def pack_csc(layers: List[sp.csr_matrix], alloc=None, workers: int = 0, progress=None) -> Tuple[np.ndarray, int]:
     """(L, stride) int32 (pinned unless ``alloc``): [colptr (N+1) | rowidx (cap) | val (cap)] (= CSR of W^T)."""
-    N = layers[0].shape[0]
-    cap = max(w.nnz for w in layers)
-    stride = -(-(N + 1 + 2 * cap) // 32) * 32
-    out = (alloc or _pinned)((len(layers), stride), np.int32)
-    for l, W in enumerate(layers):
-        C = sp.csc_matrix(W)
-        C.sort_indices()
-        row = out[l]
-        row[: N + 1] = C.indptr
-        row[N + 1: N + 1 + C.nnz] = C.indices
-        row[N + 1 + cap: N + 1 + cap + C.nnz] = C.data.astype(np.float32).view(np.int32)
-    return out, cap
+    return _pack(layers, lambda N, cap: N + 1 + 2 * cap, _pack_csc_row, alloc, workers, progress, "pack CSC")
+
+
+def packed_bytes(N: int, L: int, cap: int, S: int = 0) -> int:
+    """Bytes of :func:`pack_sectioned` (S > 0) or :func:`pack_csc` (S = 0) for L layers."""
+    words = (S * N + 1 if S else N + 1) + 2 * cap
+    return -(-words // 32) * 32 * 4 * L
+
+
+def _packed(kind: str, layers, notice, pack):
+    """Run ``pack()`` and say what it took (a network of > 1 GB takes seconds to pin and fill)."""
+    t0 = time.perf_counter()
+    out, cap = pack()
+    dt = time.perf_counter() - t0
+    if out.nbytes > (1 << 30) and notice:
+        notice(f"{kind}: packed {len(layers)} layers into {out.nbytes / 1e9:.1f} GB of pinned host memory "
+               f"in {dt:.1f} s")
+    return out, cap, dt
 
 
 # ------------------------------------------------------------------------------ CUDA graphs
@@ -198,9 +234,8 @@ class SnigRunner:
         self.shared = 4 * self.sec * self.R
         if self.shared > 48 * 1024:
             (self.k_rows if self.R > 1 else self.k_infer).allow_shared(self.shared)
-        t0 = time.perf_counter()
-        self.host_w, self.cap = pack_sectioned(net.layers, self.S)
-        self.pack_s = time.perf_counter() - t0
+        self.host_w, self.cap, self.pack_s = _packed(f"snig (S={self.S})", net.layers, notice,
+                                                     lambda: pack_sectioned(net.layers, self.S))
         self.wbuf = [cupy.empty(self.host_w.shape[1], np.int32) for _ in range(self.nb)]
         B, N, S = self.batch, self.N, self.S
         try:
@@ -345,7 +380,7 @@ class BfRunner:
         mod = kernels.load(MODEL_DIR, "snig.cu")
         self.k_infer = mod.kernel("bf_infer", "PPPPPiiff")
         self.k_stage = mod.kernel("stage_rows", "PPPqiiiPP")
-        self.host_w, self.cap = pack_csc(net.layers)
+        self.host_w, self.cap, self.pack_s = _packed("bf (CSC)", net.layers, notice, lambda: pack_csc(net.layers))
         self.wbuf = [cupy.empty(self.host_w.shape[1], np.int32) for _ in range(self.nb)]
         B, N = self.batch, self.N
         self.Y = [cupy.empty((B, N), np.float32), cupy.empty((B, N), np.float32)]
@@ -442,8 +477,9 @@ class CusparseRunner:
         # dense Y^T plus the product and temporaries: cap the batch at ~1/6 of device memory
         fit = max(1, int(info.total_mem // (6 * 4 * self.N)))
         self.batch = min(int(cfg_model.batch_size) or self.n, self.n, fit)
-        self.host_w, self.cap = pack_csc(net.layers)
-        self.nnz = [w.nnz for w in net.layers]
+        self.host_w, self.cap, self.pack_s = _packed("cusparse (CSC)", net.layers, notice,
+                                                     lambda: pack_csc(net.layers))
+        self.nnz = [int(self.host_w[l, self.N]) for l in range(self.L)]   # colptr[N] of each packed layer
         self.wbuf = cupy.empty(self.host_w.shape[1], np.int32)
         self.bias, self.ymax = np.float32(net.bias), np.float32(net.ymax)
         self.nnz_rows = np.zeros(self.L, np.int64)

@@ -9,6 +9,7 @@ worker process per GPU (multi.py; on the CPU backend the workers run the referen
 """
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any, Dict, List
 
@@ -31,13 +32,23 @@ CPU_VARIANTS = ["cpu"]
 SMALL = dict(N=1024)            # size=small (CPU backend): RadiX-Net shrinks to N=1024
 
 
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.1f} GB"
+
+
+def _csr_bytes(Y: sp.csr_matrix) -> int:
+    return int(Y.data.nbytes + Y.indices.nbytes + Y.indptr.nbytes)
+
+
 def load_network(cfg, N: int, L: int, images: int, small: bool, progress=None, notice=print) -> hpec.Network:
     """The network of ``cfg.dataset`` with N, L, images overriding its sizes; the golden set filled
-    in (official file, else the CPU reference, cached under cache_dir)."""
+    in (official file, else the CPU reference, cached under cache_dir). Steps that take longer than
+    a few seconds (inputs, layers, reference) are announced with their times through ``notice``."""
     d = cfg.dataset
     bias = float(d.bias) if float(d.bias) != 0 else None
     ymax = float(d.ymax)
     seed = int(cfg.seed)
+    say = notice or (lambda msg: None)
     if d.format == "npz":
         folder = find(cfg, str(d.path or "hpec-1024"), "the packaged official subset, see data/hpec-1024/SOURCE.md")
         net = hpec.load_npz(folder, L=L, images=images, bias=bias, ymax=ymax)
@@ -50,37 +61,81 @@ def load_network(cfg, N: int, L: int, images: int, small: bool, progress=None, n
     else:
         n = images or radixnet.IMAGES
         kind = str(d.inputs)
+        built = []
 
         def build_inputs():
+            t0 = time.perf_counter()
             if kind == "random":
-                return radixnet.random_inputs(N, n, seed)
-            from pipeline.data import mnist
-            try:
-                imgs, _ = mnist.load(cfg, "train")
-            except DataError as e:
-                raise DataError(f"{e} (or use dataset.inputs=random)") from e
-            return radixnet.mnist_inputs(imgs, N, n, progress=progress)
+                a = radixnet.random_inputs(N, n, seed)
+            else:
+                from pipeline.data import mnist
+                try:
+                    imgs, _ = mnist.load(cfg, "train")
+                except DataError as e:
+                    raise DataError(f"{e} (or use dataset.inputs=random)") from e
+                a = radixnet.mnist_inputs(imgs, N, n, progress=progress)
+            built.append(time.perf_counter() - t0)
+            a.pop("data")                      # all ones: not stored
+            return a
+        t0 = time.perf_counter()
         a = cached_arrays(str(cfg.cache_dir), "radixnet-inputs", {"N": N, "n": n, "inputs": kind, "seed": seed,
-                                                                  "v": 2}, build_inputs)
-        Y0 = sp.csr_matrix((a["data"], a["indices"], a["indptr"]), shape=tuple(int(s) for s in a["shape"]))
-        net = radixnet.make_network(N, L, Y0, seed=seed, bias=bias, ymax=ymax, progress=progress)
+                                                                  "v": 3}, build_inputs)
+        Y0 = sp.csr_matrix((np.ones(a["indices"].size, np.float32), a["indices"], a["indptr"]),
+                           shape=tuple(int(s) for s in a["shape"]))
+        dt = time.perf_counter() - t0
+        if dt > 2 or built and built[0] > 2:
+            how = (f"built in {built[0]:.1f} s, cached in {dt - built[0]:.1f} s" if built
+                   else f"read from the cache in {dt:.1f} s")
+            say(f"RadiX-Net {N}: {n} {kind} inputs ({Y0.nnz / n:.0f} nonzeros each, {_gb(_csr_bytes(Y0))}) {how}")
+        t0 = time.perf_counter()
+        keep = int(float(d.get("keep_layers_gb", 2.0)) * 1e9)
+        net = radixnet.make_network(N, L, Y0, seed=seed, bias=bias, ymax=ymax, progress=progress, keep_bytes=keep)
+        dt = time.perf_counter() - t0
+        if net.meta["lazy_layers"]:
+            say(f"RadiX-Net {N} x {L}: {_gb(radixnet.layer_nbytes(N) * L)} as CSR > dataset.keep_layers_gb="
+                f"{float(d.get('keep_layers_gb', 2.0)):g}: layers are regenerated on demand, in parallel, for "
+                f"each pass over them (reference, packing), never held as a list")
+        elif dt > 2:
+            say(f"RadiX-Net {N} x {L}: {L} layers generated in {dt:.1f} s ({_gb(radixnet.layer_nbytes(N) * L)})")
         net.meta["threshold"] = int(a["threshold"])
         net.meta["inputs"] = kind
     if net.golden is None:
         key = {"net": net.name, "images": net.images, "seed": seed, "inputs": str(net.meta.get("inputs", "")),
                "bias": net.bias, "ymax": net.ymax, "nnz": int(net.Y0.nnz), "src": str(net.meta.get("source", "")),
                "v": 1}
+        took = []
 
         def build_golden():
+            t0 = time.perf_counter()
             cats, rows = ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, True, progress=progress)
+            took.append(time.perf_counter() - t0)
             return {"categories": cats, "rows": rows}
         g = cached_arrays(str(cfg.cache_dir), "sparse-dnn-golden", key, build_golden)
+        if took and took[0] > 2:
+            say(f"{net.name}: golden set from the SciPy reference in {took[0]:.1f} s ({len(g['categories'])} "
+                f"categories of {net.images}; cached)")
         net.golden = g["categories"]
         net.meta["ref_rows"] = g["rows"]
         net.meta["golden_from"] = "CPU reference (cached)"
     else:
         net.meta["golden_from"] = "official file"
     return net
+
+
+def host_memory(net, variants: List[str], S: int = 1) -> Dict[str, float]:
+    """Estimated host bytes: inputs, layers held, pinned weights of each GPU runner (one exists at a
+    time), and the peak (inputs + layers + the largest runner's pinned copy)."""
+    from pipeline.models.sparse_dnn.gpu import packed_bytes
+    cap = radixnet.max_nnz(net.layers)
+    lazy = isinstance(net.layers, radixnet.Layers) and not net.layers.keep
+    held = 0 if lazy else sum(_csr_bytes(w) for w in net.layers) if not isinstance(net.layers, radixnet.Layers) \
+        else net.layers.nbytes
+    est = {"inputs": float(_csr_bytes(net.Y0)), "layers": float(held)}
+    for v in variants:
+        if v in ("snig", "bf", "cusparse"):
+            est[v] = float(packed_bytes(net.N, net.L, cap, S if v == "snig" else 0))
+    est["peak"] = est["inputs"] + est["layers"] + max([est.get(v, 0.0) for v in variants] + [0.0])
+    return est
 
 
 class SparseDnnModel(Model):
@@ -124,6 +179,36 @@ class SparseDnnModel(Model):
             net = load_network(cfg, N, L, images, small, self.ctx.progress, self.ctx.notice)
             net.meta["prepare_s"] = time.perf_counter() - t0
             self.nets.append(net)
+            self._memory_notice(net)
+
+    def _memory_notice(self, net) -> None:
+        """Say where host memory goes when the network is large (> 1 GB pinned a runner)."""
+        from pipeline.models.sparse_dnn.gpu import sections
+        S = 1
+        if self.ctx.cuda and self.ctx.device is not None:
+            info, m = self.ctx.device, self.cfg.model
+            limit = info.smem_per_block_optin - 1024 if m.smem_optin else 48 * 1024
+            try:
+                S = sections(net.N, limit // int(m.get("rows_per_block", 1)), int(m.num_secs))
+            except Exception:          # noqa: BLE001 - the runner reports it properly
+                S = 1
+        variants = self.ours + self.baselines if self.ctx.cuda else []
+        est = host_memory(net, variants, S)
+        net.meta["host_memory"] = est
+        if est["peak"] > 4e9 or est["inputs"] > 1e9:
+            parts = [f"inputs {_gb(est['inputs'])}", f"layers held {_gb(est['layers'])}"] + \
+                    [f"{v} pinned {_gb(est[v])}" for v in variants if v in est]
+            per = f" per worker process ({self.workers} workers)" if self.workers else ""
+            self.ctx.notice(f"{net.name}: host memory estimate{per}: {', '.join(parts)} (one runner at a time) "
+                            f"-> peak ~{_gb(est['peak'])}")
+
+    # ------------------------------------------------------------------ time budget
+    def _left(self, net) -> float:
+        """Seconds left of model.budget_s for ``net`` (its preparation counts; inf when 0)."""
+        budget = float(self.cfg.model.get("budget_s", 0) or 0)
+        if budget <= 0:
+            return float("inf")
+        return budget - net.meta.get("prepare_s", 0.0) - (time.perf_counter() - self._net_t0)
 
     # ------------------------------------------------------------------ execute
     def _time(self, fn, repeats: int, warmup: int):
@@ -158,15 +243,42 @@ class SparseDnnModel(Model):
         else:
             from pipeline.models.sparse_dnn import gpu
             runner = gpu.RUNNERS[name](net, m, self.ctx.device, self.ctx.notice)
-            prof = runner.profile()                      # checked + instrumented pass
-            cats, rows, info = prof.categories, prof.rows, prof.info
-            tr_ms, cp_ms = prof.transfer_ms, prof.compute_ms
-            got = runner.run()                           # the timed path (graph) must agree too
-            if not np.array_equal(got, cats):
-                self.failures.append(f"{net.name}/{name}: timed path disagrees with the profiled pass "
-                                     f"({ref.categories_equal(got, cats)[1]})")
-            med, iqr = self._time(runner.run, repeats, warmup)
-            del runner
+            try:
+                t0 = time.perf_counter()
+                prof = runner.profile()                      # checked + instrumented pass
+                t_prof = time.perf_counter() - t0
+                cats, rows, info = prof.categories, prof.rows, dict(prof.info)
+                tr_ms, cp_ms = prof.transfer_ms, prof.compute_ms
+                self._pass_s[(net.name, name)] = t_prof
+                if self._left(net) < t_prof:                 # model.budget_s: no room for another pass
+                    self.ctx.notice(f"{net.name}/{name}: model.budget_s={m.budget_s:g} leaves no room for another "
+                                    f"{t_prof:.0f} s pass; time_s is the profiled pass (no graph)")
+                    med, iqr, info["graph"], info["passes"] = t_prof, 0.0, False, "profile"
+                else:
+                    t0 = time.perf_counter()
+                    got = runner.run()                       # the timed path (graph) must agree too
+                    t_run = time.perf_counter() - t0
+                    if not np.array_equal(got, cats):
+                        self.failures.append(f"{net.name}/{name}: timed path disagrees with the profiled pass "
+                                             f"({ref.categories_equal(got, cats)[1]})")
+                    left = self._left(net)
+                    fit = repeats + warmup if left == float("inf") else int(max(left, 0.0) // max(t_run, 1e-9))
+                    if fit >= repeats + warmup:
+                        med, iqr = self._time(runner.run, repeats, warmup)
+                    elif fit >= 1:
+                        self.ctx.notice(f"{net.name}/{name}: model.budget_s={m.budget_s:g} leaves room for {fit} "
+                                        f"more {t_run:.0f} s pass(es): {fit} timed, no warm-up")
+                        med, iqr = self._time(runner.run, fit, 0)
+                        info["passes"] = f"{fit} timed"
+                    else:
+                        self.ctx.notice(f"{net.name}/{name}: model.budget_s={m.budget_s:g} leaves no room for "
+                                        f"another {t_run:.0f} s pass; time_s is the checked graph pass (capture "
+                                        f"included)")
+                        med, iqr = t_run, 0.0
+                        info["passes"] = "first run"
+            finally:
+                del runner
+                gc.collect()                                 # give the pinned weights back before the next one
         ok, why = ref.categories_equal(cats, net.golden)
         if not ok:
             self.failures.append(f"{net.name}/{name}: categories differ from the golden set: {why}")
@@ -174,7 +286,7 @@ class SparseDnnModel(Model):
         row.update(ok=ok, categories=int(len(cats)), golden=int(len(net.golden)), time_s=med, iqr_s=iqr,
                    rate_geps=edges / med / 1e9, transfer_s=tr_ms * 1e-3, compute_s=cp_ms * 1e-3,
                    gpus=self.workers or 1)
-        for k in ("num_secs", "rows_per_block", "batch", "graph", "per_gpu"):
+        for k in ("num_secs", "rows_per_block", "batch", "graph", "per_gpu", "passes"):
             if k in info:
                 row[k] = info[k]
         if rows is not None:
@@ -199,12 +311,22 @@ class SparseDnnModel(Model):
 
     def execute(self) -> None:
         self.failures: List[str] = []
+        self.skipped: List[str] = []          # variants model.budget_s left out (not failures)
         self.rows: List[Dict[str, Any]] = []
         self.traces: Dict[tuple, np.ndarray] = {}
         self.claims: Dict[tuple, multi.MultiResult] = {}
+        self._pass_s: Dict[tuple, float] = {}
         for net in self.nets:
             cell = []
+            self._net_t0 = time.perf_counter()
             for name in self.ours + self.baselines:
+                done = [self._pass_s[(net.name, v)] for v in self.ours + self.baselines if (net.name, v) in self._pass_s]
+                need = 2 * max(done) if done else 0.0        # a baseline's profiled + checked passes, guessed
+                if name in self.baselines and cell and need > self._left(net):
+                    self.ctx.notice(f"{net.name}/{name}: skipped: model.budget_s={self.cfg.model.budget_s:g} has "
+                                    f"{max(self._left(net), 0):.0f} s left, two passes need ~{need:.0f} s")
+                    self.skipped.append(f"{net.name}/{name}")
+                    continue
                 cell.append(self._run_variant(net, name))
             by = {r["variant"]: r for r in cell}
             for r in cell:
@@ -231,7 +353,8 @@ class SparseDnnModel(Model):
     def report(self) -> Report:
         cols = ["network", "images", "variant", "kind", "gpus", "ok", "categories", "golden", "time_s", "iqr_s",
                 "rate_geps", "transfer_s", "compute_s"] + [f"x_vs_{b}" for b in self.baselines] + \
-               ["num_secs", "rows_per_block", "batch", "graph", "per_gpu"]
+               ["num_secs", "rows_per_block", "batch", "graph", "per_gpu"] + \
+               (["passes"] if any("passes" in r for r in self.rows) else [])
         paper = self.cfg.model.paper
         if paper:
             for r in self.rows:
@@ -261,7 +384,13 @@ class SparseDnnModel(Model):
             rep.metrics["summary/objective"] = float(np.sum([r["time_s"] for r in mine]))
             rep.metrics["summary/rate_geps"] = float(np.mean([r["rate_geps"] for r in mine]))
             rep.metrics["summary/all_ok"] = float(all(r["ok"] for r in self.rows))
+        if self.skipped:
+            rep.notes.append(f"skipped by model.budget_s={self.cfg.model.budget_s:g}: {', '.join(self.skipped)}")
         for net in self.nets:
+            est = net.meta.get("host_memory")
+            if est and est["peak"] > 4e9:
+                rep.notes.append(f"{net.name}: host memory estimate " +
+                                 ", ".join(f"{k} {_gb(v)}" for k, v in est.items()))
             tr = self.traces.get((net.name, main))
             if tr is not None:
                 rep.series[f"nonzero_rows/{net.name}"] = [float(v) for v in tr]

@@ -38,7 +38,9 @@ JOIN_S = 30.0              # how long a finished worker may take to exit before 
 class NetSpec:
     """What a worker needs to load the network itself: ``load_network``'s arguments, with the
     config reduced to the plain keys it reads (packaged npz, cached TSV layers, RadiX-Net
-    generated from its seed with cached inputs; the golden set comes from its cache)."""
+    generated from its seed with cached inputs; the golden set comes from its cache). A RadiX-Net
+    beyond ``dataset.keep_layers_gb`` stays lazy in the worker too: only the runner's pinned copy
+    of the weights is held per GPU."""
     cfg: dict
     N: int
     L: int

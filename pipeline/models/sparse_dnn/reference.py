@@ -28,6 +28,7 @@ def layer_step(Y: sp.csr_matrix, W: sp.csr_matrix, bias: float, ymax: float) -> 
 
 
 def _keeps_saturation(W: sp.csr_matrix, bias: float, ymax: float) -> bool:
+    """Whether a row of all ``ymax`` stays all ``ymax`` through W (exact, see the module doc)."""
     if W.nnz and W.data.min() < 0:
         return False
     col = np.asarray(W.sum(axis=0), dtype=np.float32).ravel()
@@ -35,23 +36,32 @@ def _keeps_saturation(W: sp.csr_matrix, bias: float, ymax: float) -> bool:
     return bool(np.all(z > 0) and np.all(z + np.float32(bias) >= np.float32(ymax)))
 
 
-def infer(Y0: sp.csr_matrix, layers: List[sp.csr_matrix], bias: float, ymax: float,
-          shortcut: bool = True, progress=None) -> Tuple[np.ndarray, np.ndarray]:
-    """(categories 0-based, nonzero rows after each layer)."""
-    n, N = Y0.shape
-    Y = sp.csr_matrix(Y0, dtype=np.float32)
-    saturated = np.zeros(0, np.int64)             # row ids carried as all-ymax
-    active = np.arange(n)                         # row ids of Y's rows
-    rows = np.zeros(len(layers), np.int64)
-    it = progress(range(len(layers)), desc="reference") if progress else range(len(layers))
-    for l in it:
-        W = layers[l]
-        if saturated.size and not _keeps_saturation(W, bias, ymax):
-            full = sp.csr_matrix(np.full((saturated.size, N), ymax, np.float32))
-            Y = sp.vstack([Y, full], format="csr")
-            active = np.r_[active, saturated]
-            saturated = np.zeros(0, np.int64)
-        Y = layer_step(Y, W, bias, ymax)
+class _Rows:
+    """One block of rows on its way through the layers: the CSR of its live rows (``active``: their
+    ids in the block) and the ids of the rows carried as saturated. :meth:`step` is one layer."""
+
+    def __init__(self, Y0: sp.csr_matrix):
+        self.N = Y0.shape[1]
+        self.Y = sp.csr_matrix(Y0, dtype=np.float32)
+        self.active = np.arange(Y0.shape[0])
+        self.saturated = np.zeros(0, np.int64)
+
+    @property
+    def count(self) -> int:
+        return int(self.active.size + self.saturated.size)
+
+    def busy(self, keeps) -> bool:
+        """Whether the layer has anything to do here (``keeps``: the layer keeps saturation)."""
+        return bool(self.active.size) or bool(self.saturated.size and not keeps())
+
+    def step(self, W: sp.csr_matrix, keeps, bias: float, ymax: float, shortcut: bool) -> int:
+        N = self.N
+        if self.saturated.size and not keeps():
+            full = sp.csr_matrix(np.full((self.saturated.size, N), ymax, np.float32))
+            self.Y = sp.vstack([self.Y, full], format="csr")
+            self.active = np.r_[self.active, self.saturated]
+            self.saturated = np.zeros(0, np.int64)
+        Y = layer_step(self.Y, W, bias, ymax)
         nnz_row = np.diff(Y.indptr)
         live = nnz_row > 0
         if shortcut:
@@ -59,34 +69,66 @@ def infer(Y0: sp.csr_matrix, layers: List[sp.csr_matrix], bias: float, ymax: flo
             if sat.any():
                 sat[sat] = np.asarray((Y[sat] == np.float32(ymax)).sum(axis=1)).ravel() == N
                 live &= ~sat
-                saturated = np.r_[saturated, active[sat]]
+                self.saturated = np.r_[self.saturated, self.active[sat]]
         if not live.all():
             Y = Y[live]
-            active = active[live]
-        rows[l] = active.size + saturated.size
-    cats = np.union1d(active, saturated).astype(np.int64)    # every kept row has a positive sum
-    return cats, rows
+            self.active = self.active[live]
+        self.Y = Y
+        return self.count
+
+    def categories(self) -> np.ndarray:
+        return np.union1d(self.active, self.saturated).astype(np.int64)   # every kept row has a positive sum
+
+
+def infer(Y0: sp.csr_matrix, layers: List[sp.csr_matrix], bias: float, ymax: float,
+          shortcut: bool = True, progress=None) -> Tuple[np.ndarray, np.ndarray]:
+    """(categories 0-based, nonzero rows after each layer)."""
+    st = _Rows(Y0)
+    rows = np.zeros(len(layers), np.int64)
+    it = progress(range(len(layers)), desc="reference") if progress else range(len(layers))
+    for l in it:
+        W = layers[l]
+        rows[l] = st.step(W, lambda: _keeps_saturation(W, bias, ymax), bias, ymax, shortcut)
+    return st.categories(), rows
 
 
 def infer_parallel(Y0: sp.csr_matrix, layers: List[sp.csr_matrix], bias: float, ymax: float,
                    shortcut: bool = True, workers: int = 0, progress=None) -> Tuple[np.ndarray, np.ndarray]:
-    """:func:`infer` over row chunks in threads (rows are independent; SciPy's sparse products
-    release the GIL). Same answer as :func:`infer`."""
+    """:func:`infer` over row blocks in threads (rows are independent; SciPy's sparse products
+    release the GIL), layer by layer: each layer is fetched once (a lazy RadiX-Net generates it on
+    the same threads, a window ahead) and applied to every block that still has live rows, so the
+    deep part of a network, where every survivor is carried as saturated, costs one generation and
+    one column-sum check per layer. Once no row is live or saturated the rest is zeros. Same
+    answer as :func:`infer`."""
     import os
     from concurrent.futures import ThreadPoolExecutor
+    from pipeline.data.radixnet import layer_imap
     n = Y0.shape[0]
     workers = workers or min(16, os.cpu_count() or 1)
     chunks = max(1, min(4 * workers, n // 256))
     if workers == 1 or chunks == 1:
         return infer(Y0, layers, bias, ymax, shortcut, progress)
     bounds = np.linspace(0, n, chunks + 1).astype(np.int64)
-    jobs = list(zip(bounds[:-1], bounds[1:]))
+    blocks = [_Rows(Y0[b0:b1]) for b0, b1 in zip(bounds[:-1], bounds[1:])]
+    rows = np.zeros(len(layers), np.int64)
+    # each layer comes with its saturation check (computed on the generating threads when needed)
+    fetch = layer_imap(layers, lambda l, W: (W, _keeps_saturation(W, bias, ymax) if shortcut else True),
+                       workers, progress, "reference")
     with ThreadPoolExecutor(workers) as ex:
-        futs = [ex.submit(infer, Y0[b0:b1], layers, bias, ymax, shortcut) for b0, b1 in jobs]
-        it = progress(futs, desc="reference") if progress else futs
-        parts = [f.result() for f in it]
-    cats = np.concatenate([c + b0 for (c, _), (b0, _) in zip(parts, jobs)])
-    rows = np.sum([r for _, r in parts], axis=0)
+        try:
+            for l, (W, keep) in enumerate(fetch):
+                keeps = (lambda k=keep: k)
+                busy = [b for b in blocks if b.busy(keeps)]
+                if busy:
+                    list(ex.map(lambda b: b.step(W, keeps, bias, ymax, shortcut), busy))
+                rows[l] = sum(b.count for b in blocks)
+                if rows[l] == 0:
+                    break                                   # every row is dead: zeros from here on
+        finally:
+            close = getattr(fetch, "close", None)
+            if close:
+                close()
+    cats = np.concatenate([b.categories() + b0 for b, b0 in zip(blocks, bounds[:-1])])
     return cats.astype(np.int64), rows
 
 

@@ -118,11 +118,12 @@ def test_softmax_topn_nan_inf_rows(dev, method):
 
 def test_baselines_up_to_ties(dev):
     from pipeline.bench import Case
+    from pipeline.gpu import device
     from pipeline.models.argueta import gpu
     rng = np.random.default_rng(9)
     x = ref.make_logits(4, 3001, rng)
     case = Case("t", dict(L=4, K=3001, N=20), dict(x=x), lambda: ref.topn_reference(x, 20))
-    names = ["softmax_topk"] + ([] if gpu.torch_available() else ["torch_topk"])
+    names = ["softmax_topk"] + ([] if device.why_no_torch() else ["torch_topk"])
     table = gpu.topn_variants(None, None)
     for name in names:
         out = table[name].build(case, None)()

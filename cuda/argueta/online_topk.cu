@@ -9,7 +9,7 @@
 #define TOPK 10
 #endif
 
-typedef unsigned long long u64;
+#include "topn_keys.cuh"
 
 // Lists up to 128 long live in registers (fully unrolled); longer ones spill to local memory anyway,
 // so they are only partly unrolled (keeps the compile time of TOPK = 400 at a few seconds).
@@ -18,40 +18,6 @@ typedef unsigned long long u64;
 #else
 #define LIST_UNROLL _Pragma("unroll 4")
 #endif
-
-__device__ __forceinline__ unsigned ord_key(float x)
-{
-    const unsigned b = __float_as_uint(x);
-    if (x != x) return 0xFFFFFFFFu;
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-__device__ __forceinline__ float key_float(unsigned u)
-{
-    return __uint_as_float((u & 0x80000000u) ? (u & 0x7FFFFFFFu) : ~u);
-}
-
-__device__ __forceinline__ void online_add(float& m, float& d, float x)
-{
-    if (x > m) {
-        d = (m == -INFINITY) ? 1.f : d * expf(m - x) + 1.f;
-        m = x;
-        if (x == INFINITY) d = NAN;
-    } else if (x != -INFINITY) {
-        d += expf(x - m);
-    }
-}
-
-__device__ __forceinline__ void online_merge(float& m, float& d, float m2, float d2)
-{
-    const float mm = fmaxf(m, m2);
-    const float a = (m == -INFINITY) ? 0.f : d * expf(m - mm);
-    const float b = (m2 == -INFINITY) ? 0.f : d2 * expf(m2 - mm);
-    float s = a + b;
-    if (d != d || d2 != d2) s = NAN;
-    m = mm;
-    d = s;
-}
 
 __device__ __forceinline__ void insert(u64 (&t)[TOPK], u64 y)
 {
@@ -76,7 +42,7 @@ extern "C" __global__ void online_topk(const float* __restrict__ X, int K, int N
     for (int k = threadIdx.x; k < K; k += blockDim.x) {
         const float x = row[k];
         online_add(m, d, x);
-        const u64 y = ((u64)ord_key(x) << 32) | (u64)(0xFFFFFFFFu - (unsigned)k);
+        const u64 y = pack_key(x, (unsigned)k);
         if (y > t[TOPK - 1]) insert(t, y);
     }
     for (int half = blockDim.x >> 1; half > 0; half >>= 1) {
@@ -106,7 +72,7 @@ extern "C" __global__ void online_topk(const float* __restrict__ X, int K, int N
             if (j < N) {
                 const float x = key_float((unsigned)(t[j] >> 32));
                 P[o + j] = expf(x - m) / d;
-                I[o + j] = (int)(0xFFFFFFFFu - (unsigned)(t[j] & 0xFFFFFFFFull));
+                I[o + j] = (int)key_index(t[j]);
             }
     }
 }

@@ -333,6 +333,16 @@ __device__ __forceinline__ void zero_span(float* p, long long n, long long gtid,
 #define DFT_DF 2
 #define IDFT_DR 4
 
+// tw[m] = (cos, +-sin)(2 pi m / K) for m < K (plus: exp(+i...), else exp(-i...)), by the whole block.
+__device__ __forceinline__ void twiddles(float2* tw, int K, bool plus)
+{
+    for (int m = threadIdx.x; m < K; m += blockDim.x) {
+        float s, c;
+        sincospif(2.0f * (float)m / (float)K, &s, &c);
+        tw[m] = make_float2(c, plus ? s : -s);
+    }
+}
+
 // grid (ceil(max rows / DFT_ROWS), nseg), block >= (DFT_ROWS/DFT_DR) * ceil((K/4+1)/DFT_DF) threads
 // (any count works); dynamic smem: DFT_ROWS*(K+1) floats + DFT_ROWS*(K/2+1) float2 + K float2.
 extern "C" __global__ void bcm_dft_rows(const float* __restrict__ in0, float2* __restrict__ out0, int rows0, int conj0,
@@ -356,11 +366,7 @@ extern "C" __global__ void bcm_dft_rows(const float* __restrict__ in0, float2* _
     int r0 = blockIdx.x * DFT_ROWS;
     if (r0 >= rows) return;
     int nr = min(DFT_ROWS, rows - r0);
-    for (int m = threadIdx.x; m < K; m += blockDim.x) {
-        float s, c;
-        sincospif(2.0f * (float)m / (float)K, &s, &c);
-        tw[m] = make_float2(c, cj ? s : -s);
-    }
+    twiddles(tw, K, cj);
     for (int i = threadIdx.x; i < nr * K; i += blockDim.x) {
         int r = i / K, t = i - (i / K) * K;
         xs[r * (K + 1) + t] = in[(size_t)r0 * K + i];
@@ -445,11 +451,7 @@ extern "C" __global__ void bcm_idft_rows(const float2* __restrict__ R0, float* _
     int r0 = blockIdx.x * DFT_ROWS;
     if (r0 >= rows) return;
     int nr = min(DFT_ROWS, rows - r0);
-    for (int m = threadIdx.x; m < K; m += blockDim.x) {
-        float s, c;
-        sincospif(2.0f * (float)m / (float)K, &s, &c);
-        tw[m] = make_float2(c, s);
-    }
+    twiddles(tw, K, true);
     for (int i = threadIdx.x; i < nr * KF; i += blockDim.x) {
         int r = i % nr, f = i / nr;
         rs[r * (KF + 1) + f] = R[(size_t)f * rows + r0 + r];

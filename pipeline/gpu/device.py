@@ -51,6 +51,17 @@ def why_unavailable() -> Optional[str]:
     return None
 
 
+def why_no_torch() -> Optional[str]:
+    """None when PyTorch is importable and sees a CUDA GPU (the framework baselines), else a reason."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return "PyTorch sees no CUDA device"
+    except Exception as e:
+        return f"PyTorch is not importable ({type(e).__name__})"
+    return None
+
+
 def init(index: int = 0) -> DeviceInfo:
     """Retain and push device ``index``'s primary context (once per process)."""
     global _info, _ctx

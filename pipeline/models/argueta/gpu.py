@@ -7,7 +7,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from pipeline.bench import Case, Cost, Variant
+from pipeline.bench import Case, Variant
 from pipeline.gpu import kernels
 
 MODEL_DIR = "argueta"
@@ -175,17 +175,8 @@ def _dense(case: Case, ctx):
     return run
 
 
-def fewhot_cost(case: Case) -> Cost:
-    L, M, N = (case.params[k] for k in ("L", "M", "N"))
-    return Cost(bytes=4.0 * (L * N * M + L * M) + 8.0 * L * N, flops=2.0 * L * N * M)
-
-
-def dense_cost(case: Case) -> Cost:
-    L, K, M = (case.params[k] for k in ("L", "K", "M"))
-    return Cost(bytes=4.0 * (L * K + K * M + L * M), flops=2.0 * L * K * M)
-
-
 def fewhot_variants() -> Dict[str, Variant]:
+    from pipeline.models.argueta.model import dense_cost, fewhot_cost
     return {
         "fewhot": Variant("fewhot", "ours", _fewhot_ours("paper"), fewhot_cost,
                           note="paper: one thread per output, 32x32 blocks", graph=True),
@@ -334,16 +325,6 @@ def _softmax_topk_cupy(case: Case, ctx):
     return run
 
 
-def torch_available() -> Optional[str]:
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            return "PyTorch sees no GPU"
-    except Exception as e:
-        return f"PyTorch is not importable ({type(e).__name__})"
-    return None
-
-
 def _torch_topk(case: Case, ctx):
     import torch
     cp = _cp()
@@ -379,12 +360,8 @@ def _torch_topk(case: Case, ctx):
         return eager
 
 
-def topn_cost(case: Case) -> Cost:
-    L, K, N = (case.params[k] for k in ("L", "K", "N"))
-    return Cost(bytes=4.0 * L * K + 8.0 * L * N, flops=0.0)
-
-
 def topn_variants(check_exact, check_ties) -> Dict[str, Variant]:
+    from pipeline.models.argueta.model import topn_cost
     return {
         "topn_atomic": Variant("topn_atomic", "ours", _topn_ours("atomic"), topn_cost, check=check_exact,
                                note="paper Alg. 4, corrected: 64-bit atomicMax insertion", graph=True),

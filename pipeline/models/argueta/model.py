@@ -33,6 +33,7 @@ def _choose(model: Model, names: List[str], gpu_ours, gpu_base, cpu_ours, cpu_ba
     """(ours, baselines, table) for this backend, with a notice when a request is mapped."""
     cfg, ctx = model.cfg, model.ctx
     if ctx.cuda:
+        from pipeline.gpu import device
         from pipeline.models.argueta import gpu
         table = gpu.fewhot_variants() if default == "fewhot" else gpu.topn_variants(
             lambda o, e: ref.check_topn(o, e, exact=True), lambda o, e: ref.check_topn(o, e, exact=False))
@@ -43,7 +44,7 @@ def _choose(model: Model, names: List[str], gpu_ours, gpu_base, cpu_ours, cpu_ba
             ours = ours or [default]
         base = [b for b in cfg.model.baselines if b in gpu_base and b not in ours]
         if "torch_topk" in ours + base:
-            why = gpu.torch_available()
+            why = device.why_no_torch()
             if why:
                 ctx.notice(f"torch_topk skipped: {why}")
                 ours = [n for n in ours if n != "torch_topk"]
@@ -71,6 +72,18 @@ def _lookup(ns, vals, n):
     return float(vals[ns.index(n)])
 
 
+def _measure_with_paper(model: Model, series) -> List[Dict[str, Any]]:
+    """measure() the model's cases and variants, then add the paper's time of each row's variant
+    (``series(the paper's entry for the variant, row)`` -> its times by N) as one column per GPU."""
+    rows = measure(model.cases, model.variants, model.ctx, float(model.cfg.model.tolerance),
+                   speedup_over=model.baselines)
+    ns, gpus = _paper(model.cfg)
+    for r in rows:
+        for gpu, methods in gpus.items():
+            r[_paper_col(gpu)] = _lookup(ns, series((methods or {}).get(r["variant"]), r), r["N"])
+    return rows
+
+
 def _best_metrics(rep: Report, rows, baselines) -> None:
     rep.metrics.update(best_metrics(rows, baselines))
 
@@ -93,21 +106,21 @@ def _cpu_dense(case: Case, ctx):
     return lambda: {"C": D @ B}
 
 
-def _fewhot_cost(case: Case) -> Cost:
+def fewhot_cost(case: Case) -> Cost:
     L, M, N = (case.params[k] for k in ("L", "M", "N"))
     return Cost(bytes=4.0 * (L * N * M + L * M) + 8.0 * L * N, flops=2.0 * L * N * M)
 
 
-def _dense_cost(case: Case) -> Cost:
+def dense_cost(case: Case) -> Cost:
     L, K, M = (case.params[k] for k in ("L", "K", "M"))
     return Cost(bytes=4.0 * (L * K + K * M + L * M), flops=2.0 * L * K * M)
 
 
 def fewhot_cpu_variants() -> Dict[str, Variant]:
     return {
-        "cpu": Variant("cpu", "ours", _cpu_gather, _fewhot_cost, note="NumPy gather + reduceat (the paper's algorithm)"),
-        "cpu_sparse": Variant("cpu_sparse", "baseline", _cpu_sparse, _fewhot_cost, note="SciPy CSR @ dense"),
-        "cpu_dense": Variant("cpu_dense", "baseline", _cpu_dense, _dense_cost, note="NumPy dense matmul"),
+        "cpu": Variant("cpu", "ours", _cpu_gather, fewhot_cost, note="NumPy gather + reduceat (the paper's algorithm)"),
+        "cpu_sparse": Variant("cpu_sparse", "baseline", _cpu_sparse, fewhot_cost, note="SciPy CSR @ dense"),
+        "cpu_dense": Variant("cpu_dense", "baseline", _cpu_dense, dense_cost, note="NumPy dense matmul"),
     }
 
 
@@ -134,12 +147,7 @@ class FewhotModel(Model):
                                    reference=lambda A=A, B=B: {"C": ref.fewhot_reference(A, B)}))
 
     def execute(self) -> None:
-        self.rows = measure(self.cases, self.variants, self.ctx, float(self.cfg.model.tolerance),
-                            speedup_over=self.baselines)
-        ns, gpus = _paper(self.cfg)
-        for r in self.rows:
-            for gpu, methods in gpus.items():
-                r[_paper_col(gpu)] = _lookup(ns, (methods or {}).get(r["variant"]), r["N"])
+        self.rows = _measure_with_paper(self, lambda times, r: times)       # the paper's times by N
 
     def verify(self) -> None:
         self.failures = failures(self.rows)
@@ -169,16 +177,16 @@ def _cpu_topn(fn):
     return build
 
 
-def _topn_cost(case: Case) -> Cost:
+def topn_cost(case: Case) -> Cost:
     L, K, N = (case.params[k] for k in ("L", "K", "N"))
     return Cost(bytes=4.0 * L * K + 8.0 * L * N, flops=0.0)
 
 
 def topn_cpu_variants() -> Dict[str, Variant]:
     return {
-        "cpu": Variant("cpu", "ours", _cpu_topn(ref.topn_cpu), _topn_cost,
+        "cpu": Variant("cpu", "ours", _cpu_topn(ref.topn_cpu), topn_cost,
                        check=lambda o, e: ref.check_topn(o, e, exact=True), note="NumPy select on packed keys"),
-        "cpu_sort": Variant("cpu_sort", "baseline", _cpu_topn(ref.topn_sort), _topn_cost,
+        "cpu_sort": Variant("cpu_sort", "baseline", _cpu_topn(ref.topn_sort), topn_cost,
                             check=lambda o, e: ref.check_topn(o, e, exact=False), note="NumPy softmax + full sort"),
     }
 
@@ -208,13 +216,7 @@ class TopnModel(Model):
                                        inputs=dict(x=x), reference=lambda x=x, n=n: ref.topn_reference(x, n)))
 
     def execute(self) -> None:
-        self.rows = measure(self.cases, self.variants, self.ctx, float(self.cfg.model.tolerance),
-                            speedup_over=self.baselines)
-        ns, gpus = _paper(self.cfg)
-        for r in self.rows:
-            for gpu, methods in gpus.items():
-                per_l = (methods or {}).get(r["variant"]) or {}
-                r[_paper_col(gpu)] = _lookup(ns, per_l.get(str(r["L"])), r["N"])
+        self.rows = _measure_with_paper(self, lambda times, r: (times or {}).get(str(r["L"])))   # by L, then N
 
     def verify(self) -> None:
         self.failures = failures(self.rows)

@@ -91,14 +91,19 @@ def softmax_stats(x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return m, d
 
 
+def _largest_keys(x: np.ndarray, n: int):
+    """(column positions, packed keys) of the n largest packed keys of each row of x, unordered."""
+    L, K = x.shape
+    keys = pack_keys(x, np.broadcast_to(np.arange(K), (L, K)))
+    part = np.argpartition(keys, K - n, axis=1)[:, K - n:] if n < K else np.broadcast_to(np.arange(K), (L, K))
+    return part, np.take_along_axis(keys, part, axis=1)
+
+
 def topn_reference(x: np.ndarray, n: int) -> Dict[str, np.ndarray]:
     """Expected top-n probabilities (float64, descending) and indices (int64) of each row, with the
     ordering rule of the module docstring; also the per-row statistics for tie-tolerant checks."""
     x = np.asarray(x, np.float32)
-    L, K = x.shape
-    keys = pack_keys(x, np.broadcast_to(np.arange(K), (L, K)))
-    part = np.argpartition(keys, K - n, axis=1)[:, K - n:] if n < K else np.broadcast_to(np.arange(K), (L, K))
-    sel = np.take_along_axis(keys, part, axis=1)
+    part, sel = _largest_keys(x, n)
     order = np.argsort(sel, axis=1)[:, ::-1]
     idx = np.take_along_axis(part, order, axis=1).astype(np.int64)
     m, d = softmax_stats(x)
@@ -122,10 +127,7 @@ def topn_cpu(x: np.ndarray, n: int) -> Dict[str, np.ndarray]:
     """CPU version of the fused design: select on the packed keys (argpartition), sort only the n
     winners, exponentiate only them."""
     x = np.asarray(x, np.float32)
-    L, K = x.shape
-    keys = pack_keys(x, np.broadcast_to(np.arange(K), (L, K)))
-    part = np.argpartition(keys, K - n, axis=1)[:, K - n:] if n < K else np.broadcast_to(np.arange(K), (L, K))
-    sel = np.take_along_axis(keys, part, axis=1)
+    _, sel = _largest_keys(x, n)
     sel = np.sort(sel, axis=1)[:, ::-1]
     xs, idx = unpack_keys(sel)
     with np.errstate(invalid="ignore", over="ignore"):

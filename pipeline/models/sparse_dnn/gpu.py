@@ -9,7 +9,6 @@ multi-GPU workers (multi.py) call it for the batches they claim.
 """
 from __future__ import annotations
 
-import ctypes
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -18,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from pipeline.errors import GpuError
+from pipeline.gpu.graphs import Graph
 
 MODEL_DIR = "sparse_dnn"
 
@@ -128,54 +128,6 @@ def _packed(kind: str, layers, notice, pack):
 
 
 # ------------------------------------------------------------------------------ CUDA graphs
-
-class _Driver:
-    """The few driver-API calls PyCUDA 2026.1 lacks (stream capture, graphs), through ctypes."""
-    _lib = None
-
-    @classmethod
-    def lib(cls):
-        if cls._lib is None:
-            cls._lib = ctypes.CDLL("libcuda.so.1")
-        return cls._lib
-
-    @classmethod
-    def call(cls, name: str, *args) -> None:
-        rc = getattr(cls.lib(), name)(*args)
-        if rc != 0:
-            raise GpuError(f"{name} failed with CUDA error {rc}")
-
-
-class Graph:
-    """Capture what ``enqueue()`` puts on ``stream`` (and streams joined to it) as a CUDA graph."""
-
-    def __init__(self, stream, enqueue):
-        self.stream = stream
-        h = ctypes.c_void_p(int(stream.handle))
-        graph = ctypes.c_void_p()
-        _Driver.call("cuStreamBeginCapture_v2", h, ctypes.c_int(2))      # relaxed mode
-        try:
-            enqueue()
-        finally:
-            rc = _Driver.lib().cuStreamEndCapture(h, ctypes.byref(graph))
-        if rc != 0:
-            raise GpuError(f"cuStreamEndCapture failed with CUDA error {rc}")
-        self.graph = graph
-        self.exec = ctypes.c_void_p()
-        _Driver.call("cuGraphInstantiateWithFlags", ctypes.byref(self.exec), graph, ctypes.c_ulonglong(0))
-
-    def launch(self) -> None:
-        _Driver.call("cuGraphLaunch", self.exec, ctypes.c_void_p(int(self.stream.handle)))
-
-    def __del__(self):
-        try:
-            if self.exec:
-                _Driver.lib().cuGraphExecDestroy(self.exec)
-            if self.graph:
-                _Driver.lib().cuGraphDestroy(self.graph)
-        except Exception:
-            pass
-
 
 # ------------------------------------------------------------------------------ common state
 
@@ -297,7 +249,6 @@ class SnigRunner:
                 self._copy(l + self.nb, timing)
 
     def _stage(self, b0: int, b1: int) -> None:
-        import cupy
         from pipeline.gpu.transfer import cupy_stream
         rows = b1 - b0
         with cupy_stream(self.compute):
@@ -323,7 +274,7 @@ class SnigRunner:
                 g = self.graphs.get(rows)
                 if g is None:
                     try:
-                        g = Graph(self.compute, lambda: self._pass(rows))
+                        g = Graph(lambda: self._pass(rows), stream=self.compute)
                         self.graphs[rows] = g
                     except Exception as e:     # refused capture: fall back to stream launches
                         self.use_graph = False
@@ -472,7 +423,6 @@ class CusparseRunner:
 
     def __init__(self, net, cfg_model, info, notice=print):
         import cupy
-        import pycuda.driver as drv
         self.net, self.N, self.L, self.n = net, net.N, net.L, net.images
         # dense Y^T plus the product and temporaries: cap the batch at ~1/6 of device memory
         fit = max(1, int(info.total_mem // (6 * 4 * self.N)))

@@ -4,7 +4,7 @@ baseline). Each trainer: ``set_params(p)``, ``epoch(order) -> (train_loss, gpu_m
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -64,7 +64,6 @@ class FlowTrainer(_Base):
 
     def __init__(self, data: WideData, mc, ctx, budget_bytes: int):
         super().__init__(data, mc, ctx)
-        cp = self.cp
         self.mod = load_module(mc, data)
         self.train = self.mod.kernel("flow_train", "PiPPPPPPiPPPPPPfP")
         self.commit = self.mod.kernel("flow_commit", "PiPPPPPPPP")
@@ -390,16 +389,6 @@ class StageTrainer(_Base):
         end.record()
         end.synchronize()
         return float(self.loss.get()[0]) / data.n, end.time_since(start)
-
-
-def torch_available() -> Optional[str]:
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            return "PyTorch sees no CUDA device"
-    except Exception as e:
-        return f"PyTorch is not importable ({type(e).__name__})"
-    return None
 
 
 class TorchTrainer:

@@ -60,8 +60,8 @@ class WideModel(Model):
             self.ours = list(dict.fromkeys(names))
             self.baselines = [b for b in m.baselines if b not in self.ours]
             if "torch" in self.ours + self.baselines:
-                from pipeline.models.wide.gpu import torch_available
-                why = torch_available()
+                from pipeline.gpu.device import why_no_torch
+                why = why_no_torch()
                 if why:
                     ctx.notice(f"torch baseline skipped: {why}")
                     self.ours = [v for v in self.ours if v != "torch"] or ["flow"]

@@ -1,4 +1,4 @@
-"""GPU tests of model=sparse_dnn: snig, bf and cusparse give the golden categories on the official
+"""GPU tests of model=sparse_dnn: snig, pull, bf and cusparse give the golden categories on the official
 subset and on generated RadiX-Net networks, under several kernel/streaming settings."""
 from __future__ import annotations
 
@@ -47,6 +47,11 @@ SETTINGS = [
     ("snig", dict(rows_per_block=4)),
     ("snig", dict(rows_per_block=8, batch_size=500, num_secs=2)),       # partial blocks of rows
     ("snig", dict(rows_per_block=3, graph=False, weight_buffers=3)),
+    ("pull", {}),
+    ("pull", dict(graph=False)),
+    ("pull", dict(batch_size=500)),                          # three batches, a partial last one
+    ("pull", dict(batch_size=130, pull_neurons_per_warp=1, weight_buffers=3)),   # partial 128-image tiles
+    ("pull", dict(pull_neurons_per_warp=7, weight_buffers=1)),   # 1024 not a multiple of 8 x 7
     ("bf", {}),
     ("bf", dict(batch_size=700, weight_buffers=1)),
     ("cusparse", {}),
@@ -69,7 +74,7 @@ def test_official_odd_depth(gpu_ctx, official):
     L = 7
     net = hpec.load_npz(ROOT / "data" / "hpec-1024", L=L)
     cats, _ = ref.infer(net.Y0, net.layers, net.bias, net.ymax)
-    for name in ("snig", "bf", "cusparse"):
+    for name in ("snig", "pull", "bf", "cusparse"):
         prof, again, _ = _run(name, net, gpu_ctx)
         assert np.array_equal(prof.categories, cats), name
         assert np.array_equal(again, cats), name
@@ -92,7 +97,7 @@ def test_generated_networks(gpu_ctx, N, L, n, S, R):
     net = radixnet.make_network(N, L, Y0, seed=1)
     cats, rows = ref.infer(net.Y0, net.layers, net.bias, net.ymax)
     assert 0 < cats.size < n
-    for name in ("snig", "bf", "cusparse"):
+    for name in ("snig", "pull", "bf", "cusparse"):
         prof, again, _ = _run(name, net, gpu_ctx, num_secs=S if name == "snig" else 0, rows_per_block=R)
         assert np.array_equal(prof.categories, cats), name
         assert np.array_equal(again, cats), name

@@ -158,7 +158,7 @@ def official():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["snig", "bf", "cusparse"])
+@pytest.mark.parametrize("variant", ["snig", "pull", "bf", "cusparse"])
 def test_gpu_one_worker_official_golden(official, model_cfg, variant):
     res = multi.run(official, variant, model_cfg, 1, 300, official.images, warmup=1, repeats=2)
     assert np.array_equal(res.categories, official.golden), variant

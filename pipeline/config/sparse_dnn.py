@@ -38,6 +38,7 @@ class SparseDnnConf(ModelConf):
     smem_optin: bool = True            # allow > 48 KB dynamic shared memory (Hopper: ~227 KB)
     block: List[int] = field(default_factory=lambda: [2, 512])   # (dim_x, dim_y) of the snig kernel
     rows_per_block: int = 1            # snig: rows sharing one block's weight reads (1 = the paper's kernel)
+    pull_neurons_per_warp: int = 4     # pull: output neurons a warp computes per 128-image work item
     graph: bool = True                 # capture the per-batch pass as a CUDA graph (fallback: streams)
     gpus: int = 1                      # 1: in-process; 0: every GPU present; n: n GPUs, one worker process each
     repeats: int = 3                   # timed passes per variant (median reported)
@@ -77,6 +78,8 @@ def _check(cfg) -> None:
     require(len(blk) == 2 and all(int(b) > 0 for b in blk) and int(blk[0]) * int(blk[1]) <= 1024,
             "model.block", blk, "[dim_x, dim_y] with dim_x*dim_y <= 1024")
     require(1 <= int(m.rows_per_block) <= 8, "model.rows_per_block", m.rows_per_block, "1..8")
+    require(1 <= int(m.get("pull_neurons_per_warp", 4)) <= 64, "model.pull_neurons_per_warp",
+            m.get("pull_neurons_per_warp"), "1..64")
     require(int(m.repeats) >= 1, "model.repeats", m.repeats, "at least 1")
     require(float(m.get("budget_s", 0)) >= 0, "model.budget_s", m.get("budget_s"), "0 (no limit) or seconds")
     require(int(m.gpus) >= 0, "model.gpus", m.gpus, "0 (every GPU present), 1 (in-process) or a GPU count")

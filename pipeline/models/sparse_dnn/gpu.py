@@ -1,6 +1,8 @@
 """GPU variants of model=sparse_dnn: snig (the paper's kernel, weights streamed through nb device
-buffers, the per-batch pass captured once as a CUDA graph), bf (host-side row compaction every
-layer) and cusparse (cuSPARSE SpMM through CuPy, same semantics and row skipping).
+buffers, the per-batch pass captured once as a CUDA graph), pull (the batch transposed and
+compacted on the device, image-tiled pulls over CSC weights, streamed and captured the same way),
+bf (host-side row compaction every layer) and cusparse (cuSPARSE SpMM through CuPy, same
+semantics and row skipping).
 
 Every variant returns the 0-based categories of all images plus the nonzero-row count after each
 layer; timings come from the runner's device (the pass is synchronous at its end). ``run(b0, b1)``
@@ -152,14 +154,114 @@ def _batches(n: int, batch: int, start: int = 0):
     return [(b, min(n, b + batch)) for b in range(start, n, batch)]
 
 
-class SnigRunner:
+class _StreamedPass:
+    """What snig and pull share: weights streamed from pinned host memory through nb device buffers
+    on a copy stream (copy[l] -> layer[l] on the compute stream, with the write-after-read guard
+    layer[l] -> copy[l + nb]), each batch's pass over the layers captured once as a CUDA graph
+    (per batch size) and replayed; a subclass supplies ``_stage``, ``_layer`` and ``_collect``."""
+
+    name = "snig"
+
+    def _streams(self, cfg_model, host_w, notice) -> None:
+        import cupy
+        import pycuda.driver as drv
+        self.nb = max(1, min(int(cfg_model.weight_buffers), self.L))
+        self.n = self.net.images
+        self.batch = min(int(cfg_model.batch_size) or self.n, self.n)
+        self.use_graph = bool(cfg_model.graph)
+        self.notice = notice
+        self.host_w = host_w
+        self.wbuf = [cupy.empty(self.host_w.shape[1], np.int32) for _ in range(self.nb)]
+        self.out_flags = cupy.zeros(self.n, np.uint8)
+        self.inp = _device_inputs(self.net.Y0)
+        self.compute = drv.Stream()
+        self.copy = drv.Stream()
+        ev = lambda: drv.Event(drv.event_flags.DISABLE_TIMING)   # noqa: E731
+        self.copied = [ev() for _ in range(self.nb)]
+        self.consumed = [ev() for _ in range(self.nb)]
+        self.start_ev = ev()
+        self.graphs: Dict[int, Graph] = {}
+        self.bias, self.ymax = np.float32(self.net.bias), np.float32(self.net.ymax)
+
+    def _copy(self, l: int, timing=None) -> None:
+        import pycuda.driver as drv
+        slot = l % self.nb
+        if timing is not None:
+            timing[0][l].record(self.copy)
+        drv.memcpy_htod_async(int(self.wbuf[slot].data.ptr), self.host_w[l], self.copy)
+        if timing is not None:
+            timing[1][l].record(self.copy)
+        self.copied[slot].record(self.copy)
+
+    def _pass(self, rows: int, timing=None, trace=None) -> None:
+        """One pass over the layers for the staged batch of ``rows`` rows."""
+        self.start_ev.record(self.compute)
+        self.copy.wait_for_event(self.start_ev)
+        for l in range(min(self.nb, self.L)):
+            self._copy(l, timing)
+        for l in range(self.L):
+            slot = l % self.nb
+            self.compute.wait_for_event(self.copied[slot])
+            if timing is not None:
+                timing[2][l].record(self.compute)
+            self._layer(l, slot, rows, trace)
+            if timing is not None:
+                timing[3][l].record(self.compute)
+            self.consumed[slot].record(self.compute)
+            if l + self.nb < self.L:
+                self.copy.wait_for_event(self.consumed[slot])
+                self._copy(l + self.nb, timing)
+
+    def run(self, lo: int = 0, hi: Optional[int] = None) -> np.ndarray:
+        """Images [lo, hi) (default all) in batches, timed by the caller; their 0-based categories."""
+        hi = self.n if hi is None else hi
+        for b0, b1 in _batches(hi, self.batch, lo):
+            rows = b1 - b0
+            self._stage(b0, b1)
+            if self.use_graph:
+                g = self.graphs.get(rows)
+                if g is None:
+                    try:
+                        g = Graph(lambda: self._pass(rows), stream=self.compute)
+                        self.graphs[rows] = g
+                    except Exception as e:     # refused capture: fall back to stream launches
+                        self.use_graph = False
+                        self.notice(f"{self.name}: CUDA graph capture refused ({e}); using plain stream launches")
+                if g is not None:
+                    g.launch()
+                else:
+                    self._pass(rows)
+            else:
+                self._pass(rows)
+            self._collect(b0, b1)
+        self.compute.synchronize()
+        return np.flatnonzero(self.out_flags[lo:hi].get()).astype(np.int64) + lo
+
+    def _profiled(self, trace=None):
+        """One instrumented pass over every batch (no graph): (categories, copy ms, kernel ms)."""
+        import pycuda.driver as drv
+        c_ms, k_ms = 0.0, 0.0
+        for b0, b1 in _batches(self.n, self.batch):
+            rows = b1 - b0
+            timing = [[drv.Event() for _ in range(self.L)] for _ in range(4)]
+            self._stage(b0, b1)
+            self._pass(rows, timing, trace)
+            self._collect(b0, b1)
+            self.compute.synchronize()
+            self.copy.synchronize()
+            c_ms += sum(timing[1][l].time_since(timing[0][l]) for l in range(self.L))
+            k_ms += sum(timing[3][l].time_since(timing[2][l]) for l in range(self.L))
+        return np.flatnonzero(self.out_flags.get()).astype(np.int64), c_ms, k_ms
+
+
+class SnigRunner(_StreamedPass):
     """The paper's pipeline on one GPU: per batch, stage inputs (outside the graph), then the L
-    layers: copy[l] (pinned -> buffer l % nb, copy stream) -> infer[l] (compute stream) with the
-    write-after-read guard infer[l] -> copy[l + nb]; the pass is captured once as a CUDA graph."""
+    layers of the snig kernel (dense rows x N batch, per-(row, section) nonzero flags)."""
+
+    name = "snig"
 
     def __init__(self, net, cfg_model, info, notice=print):
         import cupy
-        import pycuda.driver as drv
         from pipeline.gpu import kernels
 
         self.net = net
@@ -172,12 +274,7 @@ class SnigRunner:
             raise GpuError(f"model.num_secs={self.S}: {self.R} row(s) of a {self.sec}-float section need "
                            f"{self.R * self.sec * 4} B of shared memory, the device allows "
                            f"{info.smem_per_block_optin}; raise model.num_secs or lower model.rows_per_block")
-        self.nb = max(1, min(int(cfg_model.weight_buffers), self.L))
         self.bx, self.by = (int(b) for b in cfg_model.block)
-        self.n = net.images
-        self.batch = min(int(cfg_model.batch_size) or self.n, self.n)
-        self.use_graph = bool(cfg_model.graph)
-        self.notice = notice
         mod = kernels.load(MODEL_DIR, "snig.cu")
         self.k_infer = mod.kernel("snig_infer", "PPPPPiiiiff")
         self.k_rows = mod.kernel("snig_infer_rows", "PPPPPiiiiffii")
@@ -186,9 +283,9 @@ class SnigRunner:
         self.shared = 4 * self.sec * self.R
         if self.shared > 48 * 1024:
             (self.k_rows if self.R > 1 else self.k_infer).allow_shared(self.shared)
-        self.host_w, self.cap, self.pack_s = _packed(f"snig (S={self.S})", net.layers, notice,
-                                                     lambda: pack_sectioned(net.layers, self.S))
-        self.wbuf = [cupy.empty(self.host_w.shape[1], np.int32) for _ in range(self.nb)]
+        host_w, self.cap, self.pack_s = _packed(f"snig (S={self.S})", net.layers, notice,
+                                                lambda: pack_sectioned(net.layers, self.S))
+        self._streams(cfg_model, host_w, notice)
         B, N, S = self.batch, self.N, self.S
         try:
             self.Y = [cupy.empty((B, N), np.float32), cupy.empty((B, N), np.float32)]
@@ -197,56 +294,20 @@ class SnigRunner:
                            f"model.batch_size") from e
         self.F = [cupy.zeros((B, S), np.uint8), cupy.ones((B, S), np.uint8)]
         self.Y[1].fill(np.nan)            # poisoned: its flags are all 1, which the invariant allows
-        self.inp = _device_inputs(net.Y0)
-        self.out_flags = cupy.zeros(self.n, np.uint8)
-        self.compute = drv.Stream()
-        self.copy = drv.Stream()
-        ev = lambda: drv.Event(drv.event_flags.DISABLE_TIMING)   # noqa: E731
-        self.copied = [ev() for _ in range(self.nb)]
-        self.consumed = [ev() for _ in range(self.nb)]
-        self.start_ev = ev()
-        self.graphs: Dict[int, Graph] = {}
-        self.bias, self.ymax = np.float32(net.bias), np.float32(net.ymax)
 
-    # -- one pass over the layers for the staged batch of ``rows`` rows
-    def _copy(self, l: int, timing=None) -> None:
-        import pycuda.driver as drv
-        slot = l % self.nb
-        if timing is not None:
-            timing[0][l].record(self.copy)
-        drv.memcpy_htod_async(int(self.wbuf[slot].data.ptr), self.host_w[l], self.copy)
-        if timing is not None:
-            timing[1][l].record(self.copy)
-        self.copied[slot].record(self.copy)
-
-    def _pass(self, rows: int, timing=None, trace=None) -> None:
-        self.start_ev.record(self.compute)
-        self.copy.wait_for_event(self.start_ev)
-        for l in range(min(self.nb, self.L)):
-            self._copy(l, timing)
-        for l in range(self.L):
-            slot = l % self.nb
-            src, dst = l % 2, (l + 1) % 2
-            self.compute.wait_for_event(self.copied[slot])
-            if timing is not None:
-                timing[2][l].record(self.compute)
-            if self.R > 1:
-                self.k_rows((-(-rows // self.R), self.S), (self.bx, self.by), self.Y[src], self.F[src], self.Y[dst],
-                            self.F[dst], self.wbuf[slot], np.int32(self.N), np.int32(self.S), np.int32(self.sec),
-                            np.int32(self.cap), self.bias, self.ymax, np.int32(rows), np.int32(self.R),
-                            shared=self.shared, stream=self.compute)
-            else:
-                self.k_infer((rows, self.S), (self.bx, self.by), self.Y[src], self.F[src], self.Y[dst], self.F[dst],
-                             self.wbuf[slot], np.int32(self.N), np.int32(self.S), np.int32(self.sec),
-                             np.int32(self.cap), self.bias, self.ymax, shared=self.shared, stream=self.compute)
-            if timing is not None:
-                timing[3][l].record(self.compute)
-            if trace is not None:
-                trace(l, self.F[dst], rows)
-            self.consumed[slot].record(self.compute)
-            if l + self.nb < self.L:
-                self.copy.wait_for_event(self.consumed[slot])
-                self._copy(l + self.nb, timing)
+    def _layer(self, l: int, slot: int, rows: int, trace=None) -> None:
+        src, dst = l % 2, (l + 1) % 2
+        if self.R > 1:
+            self.k_rows((-(-rows // self.R), self.S), (self.bx, self.by), self.Y[src], self.F[src], self.Y[dst],
+                        self.F[dst], self.wbuf[slot], np.int32(self.N), np.int32(self.S), np.int32(self.sec),
+                        np.int32(self.cap), self.bias, self.ymax, np.int32(rows), np.int32(self.R),
+                        shared=self.shared, stream=self.compute)
+        else:
+            self.k_infer((rows, self.S), (self.bx, self.by), self.Y[src], self.F[src], self.Y[dst], self.F[dst],
+                         self.wbuf[slot], np.int32(self.N), np.int32(self.S), np.int32(self.sec),
+                         np.int32(self.cap), self.bias, self.ymax, shared=self.shared, stream=self.compute)
+        if trace is not None:
+            trace(l, self.F[dst], rows)
 
     def _stage(self, b0: int, b1: int) -> None:
         from pipeline.gpu.transfer import cupy_stream
@@ -264,56 +325,95 @@ class SnigRunner:
         self.k_flags((-(-rows // 256),), (256,), self.F[out], np.int32(rows), np.int32(self.S),
                      self.out_flags, np.int64(b0), stream=self.compute)
 
-    def run(self, lo: int = 0, hi: Optional[int] = None) -> np.ndarray:
-        """Images [lo, hi) (default all) in batches, timed by the caller; their 0-based categories."""
-        hi = self.n if hi is None else hi
-        for b0, b1 in _batches(hi, self.batch, lo):
-            rows = b1 - b0
-            self._stage(b0, b1)
-            if self.use_graph:
-                g = self.graphs.get(rows)
-                if g is None:
-                    try:
-                        g = Graph(lambda: self._pass(rows), stream=self.compute)
-                        self.graphs[rows] = g
-                    except Exception as e:     # refused capture: fall back to stream launches
-                        self.use_graph = False
-                        self.notice(f"snig: CUDA graph capture refused ({e}); using plain stream launches")
-                if g is not None:
-                    g.launch()
-                else:
-                    self._pass(rows)
-            else:
-                self._pass(rows)
-            self._collect(b0, b1)
-        self.compute.synchronize()
-        return np.flatnonzero(self.out_flags[lo:hi].get()).astype(np.int64) + lo
-
     def profile(self) -> Result:
         """One instrumented pass (no graph): per-layer copy and kernel times, nonzero rows per layer."""
         import cupy
-        import pycuda.driver as drv
         from pipeline.gpu.transfer import cupy_stream
         counts = cupy.zeros(self.L, np.int64)
-        c_ms, k_ms = 0.0, 0.0
 
         def trace(l, F, rows):
             with cupy_stream(self.compute):
                 counts[l] += F[:rows].any(axis=1).sum()
-        for b0, b1 in _batches(self.n, self.batch):
-            rows = b1 - b0
-            timing = [[drv.Event() for _ in range(self.L)] for _ in range(4)]
-            self._stage(b0, b1)
-            self._pass(rows, timing, trace)
-            self._collect(b0, b1)
-            self.compute.synchronize()
-            self.copy.synchronize()
-            c_ms += sum(timing[1][l].time_since(timing[0][l]) for l in range(self.L))
-            k_ms += sum(timing[3][l].time_since(timing[2][l]) for l in range(self.L))
-        cats = np.flatnonzero(self.out_flags.get()).astype(np.int64)
+        cats, c_ms, k_ms = self._profiled(trace)
         return Result(cats, cupy.asnumpy(counts), c_ms, k_ms,
                       info={"num_secs": self.S, "sec_size": self.sec, "rows_per_block": self.R, "batch": self.batch, "nb": self.nb,
                             "pack_s": self.pack_s, "graph": self.use_graph})
+
+
+class PullRunner(_StreamedPass):
+    """Variant pull (cuda/sparse_dnn/pull.cu): the batch transposed (N x live images) and compacted
+    after every layer on the device; a warp computes one output neuron for 128 images by pulling
+    its in-edges (CSC weights, streamed and graph-captured like snig's)."""
+
+    name = "pull"
+    THREADS = 256                 # pull_infer block (8 warps)
+
+    def __init__(self, net, cfg_model, info, notice=print):
+        import cupy
+        from pipeline.gpu import kernels
+        self.net = net
+        self.N, self.L = net.N, net.L
+        self.jpw = int(cfg_model.get("pull_neurons_per_warp", 4))
+        mod = kernels.load(MODEL_DIR, "pull.cu")
+        self.k_infer = mod.kernel("pull_infer", "PPPPPiiiiff")
+        self.k_compact = mod.kernel("pull_compact", "PPPPPi")
+        self.k_gather = mod.kernel("pull_gather", "PPPii")
+        self.k_stage = mod.kernel("pull_stage", "PPPqiiPPPP")
+        self.k_collect = mod.kernel("pull_collect", "PPPq")
+        per_sm = max(1, 65536 // (max(self.k_infer.registers, 1) * self.THREADS))
+        self.grid = info.sm_count * min(per_sm, 8)
+        self.gather_grid = info.sm_count * 8
+        host_w, self.cap, self.pack_s = _packed("pull (CSC)", net.layers, notice, lambda: pack_csc(net.layers))
+        self._streams(cfg_model, host_w, notice)
+        self.ld = -(-self.batch // 128) * 128
+        try:
+            self.Y = [cupy.empty((self.N, self.ld), np.float32), cupy.empty((self.N, self.ld), np.float32)]
+        except cupy.cuda.memory.OutOfMemoryError as e:
+            raise GpuError(f"two {self.N} x {self.ld} float32 result buffers do not fit on the GPU; lower "
+                           f"model.batch_size") from e
+        self.Y[1].fill(np.nan)            # never read outside the live columns
+        self.alive = cupy.zeros(self.ld, np.int32)
+        self.ids = cupy.zeros(self.ld, np.int32)
+        self.src = cupy.zeros(self.ld, np.int32)
+        self.state = cupy.zeros(2, np.int32)
+        self.hist = cupy.zeros(self.L + 1, np.int32)
+
+    def _compact(self, Y, layer: int) -> None:
+        self.k_compact((1,), (1024,), self.state, self.alive, self.ids, self.src, self.hist, np.int32(layer),
+                       stream=self.compute)
+        self.k_gather((self.gather_grid,), (256,), Y, self.state, self.src, np.int32(self.N), np.int32(self.ld),
+                      stream=self.compute)
+
+    def _stage(self, b0: int, b1: int) -> None:
+        from pipeline.gpu.transfer import cupy_stream
+        with cupy_stream(self.compute):
+            self.Y[0].fill(0)
+            self.out_flags[b0:b1].fill(0)         # pull_collect only sets the categories
+        ip, ix, dv = self.inp
+        self.k_stage((b1 - b0,), (128,), ip, ix, dv, np.int64(b0), np.int32(b1 - b0), np.int32(self.ld),
+                     self.Y[0], self.alive, self.ids, self.state, stream=self.compute)
+        self._compact(self.Y[0], self.L)          # drop empty inputs; hist[L] counts the live inputs
+
+    def _layer(self, l: int, slot: int, rows: int, trace=None) -> None:
+        src, dst = l % 2, (l + 1) % 2
+        self.k_infer((self.grid,), (self.THREADS,), self.Y[src], self.Y[dst], self.wbuf[slot], self.state,
+                     self.alive, np.int32(self.N), np.int32(self.cap), np.int32(self.ld), np.int32(self.jpw),
+                     self.bias, self.ymax, stream=self.compute)
+        self._compact(self.Y[dst], l)
+
+    def _collect(self, b0: int, b1: int) -> None:
+        self.k_collect((-(-(b1 - b0) // 256),), (256,), self.state, self.ids, self.out_flags, np.int64(b0),
+                       stream=self.compute)
+
+    def profile(self) -> Result:
+        """One instrumented pass (no graph): per-layer copy and kernel (+ compaction) times; the
+        nonzero rows per layer come from the compaction's counts."""
+        self.hist.fill(0)
+        cats, c_ms, k_ms = self._profiled()
+        counts = self.hist.get()[: self.L].astype(np.int64)
+        return Result(cats, counts, c_ms, k_ms,
+                      info={"batch": self.batch, "nb": self.nb, "pack_s": self.pack_s, "graph": self.use_graph,
+                            "grid": self.grid})
 
 
 class BfRunner:
@@ -466,4 +566,4 @@ class CusparseRunner:
         return Result(cats, self.nnz_rows.copy(), info={"batch": self.batch})
 
 
-RUNNERS = {"snig": SnigRunner, "bf": BfRunner, "cusparse": CusparseRunner}
+RUNNERS = {"snig": SnigRunner, "pull": PullRunner, "bf": BfRunner, "cusparse": CusparseRunner}

@@ -1,7 +1,7 @@
 """model=sparse_dnn: SNIG sparse DNN inference on the HPEC Sparse DNN Challenge networks.
 
 The dataset picks the network (official packaged subset, official TSV files, or a RadiX-Net of any
-challenge size with MNIST-derived inputs); kernel= picks the variant (snig, bf, cusparse, cpu) and
+challenge size with MNIST-derived inputs); kernel= picks the variant (snig, pull, bf, cusparse, cpu) and
 model.baselines are timed beside it in the same run. Every variant's categories must equal the
 golden set exactly (official golden file, else the CPU reference's answer, cached); the rate is
 images x edges / time (the paper's metric, edges/s). With model.gpus != 1 each variant runs on one
@@ -27,7 +27,7 @@ from pipeline.models.sparse_dnn import multi
 from pipeline.models.sparse_dnn import reference as ref
 from pipeline.results import Report
 
-GPU_VARIANTS = ["snig", "bf", "cusparse"]
+GPU_VARIANTS = ["snig", "pull", "bf", "cusparse"]
 CPU_VARIANTS = ["cpu"]
 SMALL = dict(N=1024)            # size=small (CPU backend): RadiX-Net shrinks to N=1024
 
@@ -132,7 +132,7 @@ def host_memory(net, variants: List[str], S: int = 1) -> Dict[str, float]:
         else net.layers.nbytes
     est = {"inputs": float(_csr_bytes(net.Y0)), "layers": float(held)}
     for v in variants:
-        if v in ("snig", "bf", "cusparse"):
+        if v in ("snig", "pull", "bf", "cusparse"):
             est[v] = float(packed_bytes(net.N, net.L, cap, S if v == "snig" else 0))
     est["peak"] = est["inputs"] + est["layers"] + max([est.get(v, 0.0) for v in variants] + [0.0])
     return est

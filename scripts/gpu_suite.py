@@ -148,7 +148,10 @@ def part_bench(out: Path, args) -> Dict[str, Any]:
 def part_sanitize(out: Path, args) -> Dict[str, Any]:
     results = []
     for name, mod in model_packages(args.models).items():
-        for overrides in getattr(mod, "SANITIZE", [])[: args.sanitize_max or None]:
+        configs = list(getattr(mod, "SANITIZE", []))
+        if args.sanitize_pick:
+            configs = [configs[int(i)] for i in args.sanitize_pick.split(",") if int(i) < len(configs)]
+        for overrides in configs[: args.sanitize_max or None]:
             for tool in ("memcheck", "racecheck"):
                 cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "20", sys.executable, "-m", "pipeline",
                        *overrides, "tracking.enabled=false", "progress=false", "backend=cuda",
@@ -324,6 +327,8 @@ def main() -> None:
     r.add_argument("--bench-timeout", type=int, default=240)
     r.add_argument("--sanitize-timeout", type=int, default=240)
     r.add_argument("--sanitize-max", type=int, default=0, help="at most this many SANITIZE configs a model (0: all)")
+    r.add_argument("--sanitize-pick", default="",
+                   help="comma-separated indices into each model's SANITIZE list (default: all)")
     r.add_argument("--extra", action="append", default=[],
                    help="benchmark these overrides (a quoted string, repeatable) instead of GPU_SUITE")
     r.add_argument("--tag", default="", help="suffix for the JSON file names")

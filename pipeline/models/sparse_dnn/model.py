@@ -253,7 +253,9 @@ class SparseDnnModel(Model):
                 if self._left(net) < t_prof:                 # model.budget_s: no room for another pass
                     self.ctx.notice(f"{net.name}/{name}: model.budget_s={m.budget_s:g} leaves no room for another "
                                     f"{t_prof:.0f} s pass; time_s is the profiled pass (no graph)")
-                    med, iqr, info["graph"], info["passes"] = t_prof, 0.0, False, "profile"
+                    med, iqr, info["passes"] = t_prof, 0.0, "profile"
+                    if "graph" in info:
+                        info["graph"] = False                # the profiled pass runs without the graph
                 else:
                     t0 = time.perf_counter()
                     got = runner.run()                       # the timed path (graph) must agree too
@@ -272,8 +274,8 @@ class SparseDnnModel(Model):
                         info["passes"] = f"{fit} timed"
                     else:
                         self.ctx.notice(f"{net.name}/{name}: model.budget_s={m.budget_s:g} leaves no room for "
-                                        f"another {t_run:.0f} s pass; time_s is the checked graph pass (capture "
-                                        f"included)")
+                                        f"another {t_run:.0f} s pass; time_s is the checked pass (graph capture, "
+                                        f"if any, included)")
                         med, iqr = t_run, 0.0
                         info["passes"] = "first run"
             finally:

@@ -234,13 +234,13 @@ class _FakeRunner:
         return self.net.golden
 
 
-def _fake_model(compose, tmp_path, monkeypatch, budget):
+def _fake_model(compose, tmp_path, monkeypatch, budget, extra=()):
     from pipeline.models.sparse_dnn import gpu
     from pipeline.models.sparse_dnn.model import SparseDnnModel
     for v in ("snig", "bf", "cusparse"):
         monkeypatch.setitem(gpu.RUNNERS, v, _FakeRunner)
     cfg = compose(["model=sparse_dnn", f"cache_dir={tmp_path}", "dataset.layers=4", "dataset.images=50",
-                   f"model.budget_s={budget}"])
+                   f"model.budget_s={budget}", *extra])
     notices = []
     ctx = types.SimpleNamespace(cuda=True, size="full", device=None, notice=notices.append, progress=None,
                                 sync=lambda: None)
@@ -267,6 +267,16 @@ def test_budget_exhausted_keeps_one_checked_pass_and_skips_baselines(compose, tm
     assert any("skipped" in n for n in notices)
     rep = model.report()
     assert any("budget_s" in n for n in rep.notes)
+
+
+def test_report_with_paper_cells_missing_a_variant(compose, tmp_path, monkeypatch):
+    # the paper has no bf number at 65536 x 480 / 1920 (null in snig_table3): the report skips it
+    model, _ = _fake_model(compose, tmp_path, monkeypatch, 0, ["model.paper={1024x4: {snig: 295.0, bf: null}}"])
+    model.execute()
+    rep = model.report()
+    by = {r["variant"]: r for r in model.rows}
+    assert by["snig"]["paper_geps"] == 295.0 and "paper_geps" not in by["bf"] and "paper_geps" in rep.columns
+    assert "table3.png" in rep.figures
 
 
 def test_budget_config_is_checked(compose):

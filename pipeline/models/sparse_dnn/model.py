@@ -361,7 +361,7 @@ class SparseDnnModel(Model):
         if paper:
             for r in self.rows:
                 cellp = paper.get(f"{r['N']}x{r['L']}") if hasattr(paper, "get") else None
-                if cellp is not None and r["variant"] in cellp:
+                if cellp is not None and cellp.get(r["variant"]) is not None:   # the paper has no bf at 65536 x 480+
                     r["paper_geps"] = float(cellp[r["variant"]])
             cols.append("paper_geps")
         where = self.ctx.device.name if self.ctx.device else "CPU (SciPy)"

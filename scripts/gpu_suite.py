@@ -200,12 +200,16 @@ def render(files: List[Path]) -> str:
     for f in files:
         d = json.loads(Path(f).read_text())
         parts.setdefault(d["part"], []).append(d)
-    # A newer record supersedes an older one: the latest GPU-test run only, and each benchmark run
-    # (same experiment and overrides) and sanitizer check from its latest record.
+    # A newer record supersedes an older one: each test module, benchmark run (same experiment and
+    # overrides) and sanitizer check is shown from its latest record only.
     for recs in parts.values():
         recs.sort(key=lambda d: d["date"])
-    if parts.get("tests"):
-        parts["tests"] = parts["tests"][-1:]
+    seen_mods: set = set()
+    for d in reversed(parts.get("tests", [])):
+        mods = {x["id"].split("::")[0] for x in d["data"]["tests"]}
+        d["data"] = dict(d["data"], tests=[x for x in d["data"]["tests"] if x["id"].split("::")[0] not in seen_mods])
+        seen_mods |= mods
+    parts["tests"] = [d for d in parts.get("tests", []) if d["data"]["tests"]]
     seen_runs: set = set()
     for d in reversed(parts.get("bench", [])):
         keep_runs = [r for r in d["data"]["runs"] if (r["experiment"], r["run"]) not in seen_runs]

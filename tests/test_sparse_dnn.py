@@ -265,6 +265,20 @@ def test_cli_cpu_official(cli):
     assert "need a GPU" in r.stderr
 
 
+def test_cli_cpu_pull_falls_back_to_the_reference(cli):
+    r = cli("model=sparse_dnn", "backend=cpu", "kernel=pull", "dataset.layers=12")
+    assert r.returncode == 0, r.stderr
+    assert "variant(s) pull need a GPU" in r.stderr and "hpec-1024-l12" in r.stdout and " ok " in r.stdout
+
+
+def test_pull_config_is_checked(compose):
+    from pipeline.config import validate
+    from pipeline.errors import ConfigError
+    validate(compose(["model=sparse_dnn", "kernel=pull", "model.pull_neurons_per_warp=8"]))
+    with pytest.raises(ConfigError, match=r"model\.pull_neurons_per_warp"):
+        validate(compose(["model=sparse_dnn", "model.pull_neurons_per_warp=0"]))
+
+
 def test_cli_cpu_radixnet_small(cli):
     r = cli("model=sparse_dnn", "backend=cpu", "dataset=radixnet_4096", "dataset.inputs=random",
             "dataset.small_layers=12", "dataset.small_images=200")

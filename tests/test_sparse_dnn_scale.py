@@ -285,3 +285,17 @@ def test_budget_config_is_checked(compose):
     with pytest.raises(Exception, match="model.budget_s"):
         validate(cfg)
     assert OmegaConf.select(compose(["model=sparse_dnn"]), "model.budget_s") == 420
+
+
+def test_live_work_counts_live_rows_times_layer_edges():
+    from pipeline.data import hpec
+    from pipeline.models.sparse_dnn.model import live_work
+    W = [sp.random(8, 8, density=0.25, format="csr", random_state=k, dtype=np.float32) for k in range(3)]
+    Y0 = sp.csr_matrix(np.array([[1, 0, 0, 0, 0, 0, 0, 0], [0] * 8, [0, 1, 1, 0, 0, 0, 0, 0]], np.float32))
+    net = hpec.Network(name="t", N=8, bias=-0.1, ymax=32.0, layers=W, Y0=Y0)
+    assert live_work(net) is None                        # no reference trace
+    net.meta["ref_rows"] = np.array([2, 1, 1])           # rows alive after layers 1, 2, 3
+    updates, nbytes = live_work(net)
+    live_in = np.array([2, 2, 1])                        # 2 nonempty inputs, then the trace shifted
+    assert updates == float(live_in @ np.array([w.nnz for w in W]))
+    assert nbytes == float(live_in.sum()) * 8 * 4 * 2 + sum(w.nnz for w in W) * 8

@@ -138,6 +138,23 @@ def host_memory(net, variants: List[str], S: int = 1) -> Dict[str, float]:
     return est
 
 
+def live_work(net):
+    """(edge updates on live rows, bytes floor) of one pass over ``net``, from the reference's
+    nonzero rows per layer (None without them): a layer costs (its live input rows) x (its
+    edges); the floor is what any layer-at-a-time method must move, the live rows' dense
+    activations read and written once per layer plus every layer's weights (index + value) once."""
+    rr = net.meta.get("ref_rows")
+    if rr is None or len(rr) != net.L:
+        return None
+    live_in = np.r_[int(np.count_nonzero(np.diff(net.Y0.indptr))), np.asarray(rr[:-1], np.int64)]
+    lay = net.layers
+    nnz = np.array([lay.nnz(k) for k in range(net.L)] if isinstance(lay, radixnet.Layers)   # no generation
+                   else [w.nnz for w in lay], np.float64)
+    updates = float(live_in @ nnz)
+    nbytes = float(live_in.sum()) * net.N * 4 * 2 + float(net.edges()) * 8
+    return updates, nbytes
+
+
 class SparseDnnModel(Model):
     GPU_VARIANTS = GPU_VARIANTS
     CPU_VARIANTS = CPU_VARIANTS
@@ -285,6 +302,11 @@ class SparseDnnModel(Model):
         if not ok:
             self.failures.append(f"{net.name}/{name}: categories differ from the golden set: {why}")
         edges = float(net.edges()) * net.images
+        work = live_work(net)
+        if work is not None:
+            row["live_gups"] = work[0] / med / 1e9             # live-row edge updates per second
+            if self.ctx.cuda and getattr(self.ctx, "peaks", None) is not None and name != "cpu":
+                row["pct_peak"] = 100.0 * work[1] / self.ctx.peaks.bandwidth() / med
         row.update(ok=ok, categories=int(len(cats)), golden=int(len(net.golden)), time_s=med, iqr_s=iqr,
                    rate_geps=edges / med / 1e9, transfer_s=tr_ms * 1e-3, compute_s=cp_ms * 1e-3,
                    gpus=self.workers or 1)
@@ -354,7 +376,8 @@ class SparseDnnModel(Model):
     # ------------------------------------------------------------------ report
     def report(self) -> Report:
         cols = ["network", "images", "variant", "kind", "gpus", "ok", "categories", "golden", "time_s", "iqr_s",
-                "rate_geps", "transfer_s", "compute_s"] + [f"x_vs_{b}" for b in self.baselines] + \
+                "rate_geps", "live_gups", "pct_peak", "transfer_s", "compute_s"] + \
+               [f"x_vs_{b}" for b in self.baselines] + \
                ["num_secs", "rows_per_block", "batch", "graph", "per_gpu"] + \
                (["passes"] if any("passes" in r for r in self.rows) else [])
         paper = self.cfg.model.paper
@@ -364,6 +387,7 @@ class SparseDnnModel(Model):
                 if cellp is not None and cellp.get(r["variant"]) is not None:   # the paper has no bf at 65536 x 480+
                     r["paper_geps"] = float(cellp[r["variant"]])
             cols.append("paper_geps")
+        cols = [c for c in cols if c not in ("live_gups", "pct_peak") or any(c in r for r in self.rows)]
         where = self.ctx.device.name if self.ctx.device else "CPU (SciPy)"
         rep = Report(rows=self.rows, columns=cols, failures=self.failures,
                      title=f"sparse_dnn on {where}" + (f" x {self.workers} workers" if self.workers else ""))
@@ -372,6 +396,9 @@ class SparseDnnModel(Model):
             tag = f"{r['N']}x{r['L']}"
             rep.metrics[f"summary/{tag}/{r['variant']}/rate_geps"] = r["rate_geps"]
             rep.metrics[f"summary/{tag}/{r['variant']}/time_s"] = r["time_s"]
+            for k in ("live_gups", "pct_peak"):
+                if k in r:
+                    rep.metrics[f"summary/{tag}/{r['variant']}/{k}"] = r[k]
             for b in self.baselines:
                 if f"x_vs_{b}" in r:
                     rep.metrics[f"summary/{tag}/{r['variant']}/x_vs_{b}"] = r[f"x_vs_{b}"]

@@ -462,7 +462,7 @@ def table3_plot(rows, paper):
     import matplotlib.pyplot as plt
     cells = list(dict.fromkeys(f"{r['N']}x{r['L']}" for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
-    fig, ax = plt.subplots(figsize=(max(6, 1.0 * len(cells) * (len(variants) + 2) / 2), 4))
+    fig, ax = plt.subplots(figsize=(min(16, max(7, 1.2 * len(cells))), 5))
     width = 0.8 / (len(variants) + 2)
     xs = np.arange(len(cells))
     for vi, v in enumerate(variants):
@@ -478,7 +478,9 @@ def table3_plot(rows, paper):
     ax.set_xticklabels(cells, rotation=30)
     ax.set_ylabel("GigaEdges/s")
     ax.set_yscale("log")
-    ax.legend(fontsize=7)
+    ax.grid(axis="y", which="major", alpha=0.3)
+    ax.legend(fontsize=8, ncol=min(3, len(variants) + 2), loc="upper left")
+    ax.set_ylim(top=ax.get_ylim()[1] * 6)                  # room for the legend above the bars
     ax.set_title("Table 3 grid: rate (images x edges / time)")
     fig.tight_layout()
     return fig

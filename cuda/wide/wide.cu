@@ -69,6 +69,22 @@ __device__ __forceinline__ void apply_cold(float* tw, float* tv, const float* dl
 #endif
 }
 
+// The block's threads (tid = threadIdx.x) walk the edges [e_begin, e_end) (4-aligned) with 128-bit loads of the feature
+// ids, sample ids and values, calling op(feature, sample, value) for each of the four.
+template <typename Op>
+__device__ __forceinline__ void for_edges4(int tid, long long e_begin, long long e_end, const int* __restrict__ fid,
+                                           const int* __restrict__ sid, const float* __restrict__ val, Op op) {
+    for (long long q = e_begin / 4 + tid; q < e_end / 4; q += blockDim.x) {
+        const int4 f4 = __ldg(reinterpret_cast<const int4*>(fid) + q);
+        const int4 s4 = __ldg(reinterpret_cast<const int4*>(sid) + q);
+        const float4 x4 = __ldg(reinterpret_cast<const float4*>(val) + q);
+        op(f4.x, s4.x, x4.x);
+        op(f4.y, s4.y, x4.y);
+        op(f4.z, s4.z, x4.z);
+        op(f4.w, s4.w, x4.w);
+    }
+}
+
 // One persistent launch trains the chunks order[0..n_order): each block takes chunks blockIdx.x,
 // blockIdx.x + gridDim.x, ...; for each chunk: Aggregate (per-sample accumulators in shared memory,
 // R replicas), Loss (delta per sample), Apply (hot features into a shared-memory gradient cache
@@ -99,15 +115,7 @@ extern "C" __global__ void flow_train(const int* __restrict__ order, int n_order
         if (tid < 2) red[tid] = 0.f;
         __syncthreads();
         // Aggregate
-        for (long long q = e0 / 4 + tid; q < e1 / 4; q += blockDim.x) {
-            const int4 f4 = __ldg(reinterpret_cast<const int4*>(fid) + q);
-            const int4 s4 = __ldg(reinterpret_cast<const int4*>(sid) + q);
-            const float4 x4 = __ldg(reinterpret_cast<const float4*>(val) + q);
-            aggregate(acc, r, w, v, f4.x, s4.x, x4.x);
-            aggregate(acc, r, w, v, f4.y, s4.y, x4.y);
-            aggregate(acc, r, w, v, f4.z, s4.z, x4.z);
-            aggregate(acc, r, w, v, f4.w, s4.w, x4.w);
-        }
+        for_edges4(tid, e0, e1, fid, sid, val, [&](int f, int s, float x) { aggregate(acc, r, w, v, f, s, x); });
         __syncthreads();
         // Loss
         if (tid < C) {
@@ -138,24 +146,9 @@ extern "C" __global__ void flow_train(const int* __restrict__ order, int n_order
         }
         __syncthreads();
         // Apply: hot part into the shared cache, cold part to global memory
-        for (long long q = e0 / 4 + tid; q < eh / 4; q += blockDim.x) {
-            const int4 f4 = __ldg(reinterpret_cast<const int4*>(fid) + q);
-            const int4 s4 = __ldg(reinterpret_cast<const int4*>(sid) + q);
-            const float4 x4 = __ldg(reinterpret_cast<const float4*>(val) + q);
-            apply_hot(gh, dlt, a2, v, f4.x, s4.x, x4.x);
-            apply_hot(gh, dlt, a2, v, f4.y, s4.y, x4.y);
-            apply_hot(gh, dlt, a2, v, f4.z, s4.z, x4.z);
-            apply_hot(gh, dlt, a2, v, f4.w, s4.w, x4.w);
-        }
-        for (long long q = eh / 4 + tid; q < e1 / 4; q += blockDim.x) {
-            const int4 f4 = __ldg(reinterpret_cast<const int4*>(fid) + q);
-            const int4 s4 = __ldg(reinterpret_cast<const int4*>(sid) + q);
-            const float4 x4 = __ldg(reinterpret_cast<const float4*>(val) + q);
-            apply_cold(tw, tv, dlt, a2, v, f4.x, s4.x, x4.x, scale);
-            apply_cold(tw, tv, dlt, a2, v, f4.y, s4.y, x4.y, scale);
-            apply_cold(tw, tv, dlt, a2, v, f4.z, s4.z, x4.z, scale);
-            apply_cold(tw, tv, dlt, a2, v, f4.w, s4.w, x4.w, scale);
-        }
+        for_edges4(tid, e0, eh, fid, sid, val, [&](int f, int s, float x) { apply_hot(gh, dlt, a2, v, f, s, x); });
+        for_edges4(tid, eh, e1, fid, sid, val,
+                   [&](int f, int s, float x) { apply_cold(tw, tv, dlt, a2, v, f, s, x, scale); });
         __syncthreads();
         // flush the hot cache (only touched entries) and the bias / loss
         for (int i = tid; i < H * HW; i += blockDim.x) {

@@ -195,28 +195,24 @@ def test_logloss_stable_and_early_stop():
     assert not ref.should_stop([0.5] * 5 + [0.9], 10)       # fewer than window+1 epochs
 
 
-def test_config_errors(compose):
+@pytest.mark.parametrize("overrides,key", [
+    (["model=wide_lr", "model.update=sometimes"], "model.update"),
+    (["model=wide_fm", "model.replicas=3"], "model.replicas"),
+    (["model=wide_lr", "kernel=fused"], "kernel"),
+    (["model=wide_lr", "model.design=tile"], "model.design"),
+    (["model=wide_lr", "model.warp_samples=3"], "model.warp_samples"),
+    (["model=wide_lr", "model.chunk=8", "model.warp_samples=16"], "model.warp_samples"),
+    (["model=wide_fm", "model.shards=0"], "model.shards"),
+    (["model=wide_fm", "model.edges_per_lane=-1"], "model.edges_per_lane"),
+])
+def test_config_errors(compose, overrides, key):
     from pipeline.config import validate
-    with pytest.raises(ConfigError, match="model.update"):
-        validate(compose(["model=wide_lr", "model.update=sometimes"]))
-    with pytest.raises(ConfigError, match="model.replicas"):
-        validate(compose(["model=wide_fm", "model.replicas=3"]))
-    with pytest.raises(ConfigError, match="kernel"):
-        validate(compose(["model=wide_lr", "kernel=fused"]))
+    with pytest.raises(ConfigError, match=key):
+        validate(compose(overrides))
 
 
-def test_warp_config_errors(compose):
+def test_warp_config_accepted(compose):
     from pipeline.config import validate
-    with pytest.raises(ConfigError, match="model.design"):
-        validate(compose(["model=wide_lr", "model.design=tile"]))
-    with pytest.raises(ConfigError, match="model.warp_samples"):
-        validate(compose(["model=wide_lr", "model.warp_samples=3"]))
-    with pytest.raises(ConfigError, match="model.warp_samples"):
-        validate(compose(["model=wide_lr", "model.chunk=8", "model.warp_samples=16"]))
-    with pytest.raises(ConfigError, match="model.shards"):
-        validate(compose(["model=wide_fm", "model.shards=0"]))
-    with pytest.raises(ConfigError, match="model.edges_per_lane"):
-        validate(compose(["model=wide_fm", "model.edges_per_lane=-1"]))
     validate(compose(["model=wide_fm", "model.design=warp", "model.warp_samples=4", "model.shards=8"]))
 
 

@@ -378,8 +378,9 @@ class SparseDnnModel(Model):
         cols = ["network", "images", "variant", "kind", "gpus", "ok", "categories", "golden", "time_s", "iqr_s",
                 "rate_geps", "live_gups", "pct_peak", "transfer_s", "compute_s"] + \
                [f"x_vs_{b}" for b in self.baselines] + \
-               ["num_secs", "rows_per_block", "batch", "graph", "per_gpu"] + \
-               (["passes"] if any("passes" in r for r in self.rows) else [])
+               ["num_secs", "rows_per_block", "batch", "graph", "per_gpu", "passes"]
+        # columns only some runs have (budget cuts, the reference's row trace, measured peaks)
+        cols = [c for c in cols if c not in ("passes", "live_gups", "pct_peak") or any(c in r for r in self.rows)]
         paper = self.cfg.model.paper
         if paper:
             for r in self.rows:
@@ -387,7 +388,6 @@ class SparseDnnModel(Model):
                 if cellp is not None and cellp.get(r["variant"]) is not None:   # the paper has no bf at 65536 x 480+
                     r["paper_geps"] = float(cellp[r["variant"]])
             cols.append("paper_geps")
-        cols = [c for c in cols if c not in ("live_gups", "pct_peak") or any(c in r for r in self.rows)]
         where = self.ctx.device.name if self.ctx.device else "CPU (SciPy)"
         rep = Report(rows=self.rows, columns=cols, failures=self.failures,
                      title=f"sparse_dnn on {where}" + (f" x {self.workers} workers" if self.workers else ""))

@@ -251,7 +251,8 @@ NVCC = __import__("shutil").which("nvcc")
                                   "-DK=10 -DH=128 -DWS=1 -DWEPL=2 -DNSH=4 -DHSH=32",
                                   "-DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32", "-DK=3 -DC=4 -DWS=4 -DWEPL=1",
                                   "-DK=64 -DWS=1 -DWEPL=1 -DNSH=2 -DHSH=8 -DWPF=1",
-                                  "-DWPF=1", "-DWS=2 -DWEPL=3 -DWPF=3", "-DK=10 -DWS=4 -DWEPL=7 -DWPF=1"])
+                                  "-DWPF=1", "-DWS=2 -DWEPL=3 -DWPF=3", "-DK=10 -DWS=4 -DWEPL=7 -DWPF=1",
+                                  "-DWS=4 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256", "-DK=10 -DWS=4 -DWEPL=8 -DHC=64 -DWPF=1"])
 def test_warp_kernel_compiles_without_spills(defs, tmp_path):
     """The warp design's kernels compile for sm_90 at the geometries the trainer picks, without
     local-memory spills (a spill would put a step's registers behind global memory latency)."""
@@ -302,8 +303,8 @@ inline float4 atomicAdd(float4* p, float4 v) {
 inline float atomicExch(float* p, float v) { std::lock_guard<std::mutex> l(g_atomic); float o = *p; *p = v; return o; }
 inline float __expf(float x) { return expf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
-inline void __syncthreads() {}
 extern std::barrier<>* g_bar;
+inline void __syncthreads() { g_bar->arrive_and_wait(); }   // host runs blocks of one warp
 extern double g_xchg[32];
 template <class T> inline T shfl_from(T v, int src) {
     g_xchg[threadIdx.x & 31] = (double)v;
@@ -330,6 +331,7 @@ std::barrier<>* g_bar;
 double g_xchg[32];
 float smem[1 << 16];
 #include "WIDE_CU"
+float4 wsm4[1 << 14];
 extern "C" void emu_flow_warp(int grid, int block, const int* order, int n_order, const long long* indptr,
         const int* indices, const float* data, const float* y, int n, int nw, const float* P, const float* Psh,
         const float* bb, float* T, float* Tsh, float* tb, int sw, float scale, double* loss) {
@@ -420,13 +422,18 @@ class _HostModule:
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
-@pytest.mark.parametrize("k,ws,shards,hot,update,inflight", [
-    (0, 1, 8, 64, "batch", 0), (10, 2, 4, 32, "batch", 0), (3, 8, 2, 8, "batch", 0),
-    (0, 4, 4, 64, "chunk", 8), (10, 4, 4, 32, "chunk", 8), (3, 2, 8, 16, "chunk", 16), (10, 1, 1, 0, "chunk", 1)])
-def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shards, hot, update, inflight):
+@pytest.mark.parametrize("k,ws,shards,hot,update,inflight,hc", [
+    (0, 1, 8, 64, "batch", 0, 0), (10, 2, 4, 32, "batch", 0, 0), (3, 8, 2, 8, "batch", 0, 0),
+    (0, 4, 4, 64, "chunk", 8, 0), (10, 4, 4, 32, "chunk", 8, 0), (3, 2, 8, 16, "chunk", 16, 0),
+    (10, 1, 1, 0, "chunk", 1, 0),
+    (0, 4, 4, 64, "chunk", 8, 32), (10, 2, 4, 8, "chunk", 8, 16), (3, 1, 1, 0, "chunk", 4, 8),
+    (0, 2, 8, 16, "batch", 0, 64), (10, 4, 4, 32, "batch", 0, 4)])
+def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shards, hot, update, inflight, hc):
     """update=batch: one pass equals the mini-batch reference. update=chunk with chunk = warp_samples
     (a unit is a chunk): the host runs the warps one after another, so the result equals the
-    reference's chunk steps in that warp-major order, every warp adding into its own shard."""
+    reference's chunk steps in that warp-major order, every warp adding into its own shard.
+    hc > 0: a block of one warp with its hot-row cache (rows read at the start of each step, the
+    step's hot gradients added at its end, into the block's shard), which keeps that order exact."""
     import sys
     import types
     from omegaconf import OmegaConf
@@ -441,9 +448,10 @@ def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shar
     X.data = np.random.default_rng(2).uniform(0.5, 2.0, X.nnz).astype(np.float32)     # not all ones: x^2 != x
     data = prep.from_arrays(prep.build_arrays(X[:-200], y[:-200], X[-200:], y[-200:], chunk, 16, 0), chunk, 16)
     mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update=update, warp_samples=ws,
-                               edges_per_lane=0, inflight=inflight, warps_per_block=0, shards=shards,
-                               shard_hot=hot, chunk=chunk, prefetch=0))
+                               edges_per_lane=0, inflight=inflight, warps_per_block=1 if hc else 0,
+                               shards=shards, shard_hot=hot, chunk=chunk, prefetch=0, hot_cache=hc))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
+    assert tr.geo["HC"] == hc and (tr.geo["wpb"] == 1 or not hc)
 
     class _Ev:
         def record(self, *a):

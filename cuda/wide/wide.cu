@@ -335,14 +335,31 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 #ifndef WPF
 #define WPF 2                                         // steps ahead the edges are loaded (>= 1)
 #endif
+#ifndef HC
+#define HC 0                                          // hot rows each block caches in shared memory
+#endif
 #define WG (32 / WS)                                  // lanes per sample
 #define KP ((K) > 0 ? (((K) + 4) & ~3) : 1)           // floats per packed parameter row
 #define BST 32                                        // float stride of the bias shards (own lines)
 #define SHARDED (NSH > 1 && HSH > 0)
+#define CACHED (HC > 0)
 
 static_assert(WS >= 1 && WS <= 32 && (WS & (WS - 1)) == 0, "WS: a power of two <= 32");
 static_assert(C % WS == 0, "C must be a multiple of WS");
 static_assert(WPF >= 1 && WPF <= 4, "WPF: 1..4");
+
+// Hot-row cache (HC > 0; the paper's importance-based model caching): a block holds the packed rows
+// of features 0..HC-1 in shared memory, PH (the model, shards summed) and GH (the block's gradient
+// of the current step). The block's warps step together: at each step boundary (two barriers) the
+// block adds GH into the model (its shard: block id % NSH) with coalesced REDs, zeroes it and
+// reloads PH. A hot edge then costs a shared-memory read and a shared-memory atomic instead of a
+// contended L2 gather and RED on one of the few lines every sample touches; hot rows are read as
+// of the start of the step, as the cold ones are gathered.
+extern __shared__ float4 wsm4[];
+#define PH (reinterpret_cast<float*>(wsm4))
+#define GH (PH + HC * KP)
+
+__device__ __forceinline__ bool cached(int f) { return CACHED && f < HC; }
 
 __device__ __forceinline__ float grp_sum(float a) {             // all-reduce over a sample's WG lanes
 #pragma unroll
@@ -383,8 +400,36 @@ __device__ __forceinline__ float* dst_row(float* T, float* Tsh, int f, int rs) {
     return T + (size_t)f * KP;
 }
 
+// LR: the gradient of one edge (the block's cache for a hot feature, else the row or its shard)
+__device__ __forceinline__ void red_w(float* T, float* Tsh, int f, int rs, float g) {
+    if (cached(f)) atomicAdd(GH + f, g);
+    else atomicAdd(dst_row(T, Tsh, f, rs), g);
+}
+
+// Step boundary of the hot-row cache (between two barriers): GH -> the model (this block's shard
+// rsb) by coalesced REDs, GH = 0, PH = the model's hot rows (shards summed).
+__device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, const float* Psh, int rsb) {
+    for (int i = threadIdx.x; i < HC * KP; i += blockDim.x) {
+        const int f = i / KP;
+        const float g = GH[i];
+        if (g != 0.f) {
+            GH[i] = 0.f;
+            atomicAdd(dst_row(T, Tsh, f, rsb) + i % KP, g);
+        }
+        float a = __ldcg(P + i);
+#if SHARDED
+        if (f < HSH) {
+#pragma unroll
+            for (int r = 0; r < NSH - 1; r++) a += __ldcg(Psh + (size_t)r * HSH * KP + i);
+        }
+#endif
+        PH[i] = a;
+    }
+}
+
 #if K == 0
 __device__ __forceinline__ float read_w(const float* P, const float* Psh, int f) {
+    if (cached(f)) return PH[f];
     float a = __ldcg(P + f);
 #if SHARDED
     if (f < HSH) {
@@ -396,6 +441,15 @@ __device__ __forceinline__ float read_w(const float* P, const float* Psh, int f)
 }
 #else
 __device__ __forceinline__ void read_row(float* p, const float* P, const float* Psh, int f) {
+    if (cached(f)) {
+        const float4* c = reinterpret_cast<const float4*>(PH + f * KP);
+#pragma unroll
+        for (int t = 0; t < KP / 4; t++) {
+            const float4 q = c[t];
+            p[4 * t] = q.x; p[4 * t + 1] = q.y; p[4 * t + 2] = q.z; p[4 * t + 3] = q.w;
+        }
+        return;
+    }
     const float4* a = reinterpret_cast<const float4*>(P + (size_t)f * KP);
 #pragma unroll
     for (int t = 0; t < KP / 4; t++) {
@@ -427,14 +481,20 @@ __device__ __forceinline__ void accumulate(const float* p, float x, float& lin, 
     }
 }
 
-// dst += g * (x, x a2_q - v_q x^2): KP / 4 vector REDs (sm_90), scalar atomics before Hopper
-__device__ __forceinline__ void red_row(float* dst, const float* p, float x, float g, const float* a2) {
+// dst += g * (x, x a2_q - v_q x^2): KP / 4 vector REDs (sm_90), scalar atomics before Hopper;
+// feature f < HC: scalar shared-memory atomics into the block's GH row instead
+__device__ __forceinline__ void red_row(float* dst, int f, const float* p, float x, float g, const float* a2) {
     float gr[KP];
     gr[0] = g * x;
 #pragma unroll
     for (int q = 0; q < K; q++) gr[1 + q] = g * (x * a2[q] - p[1 + q] * x * x);
 #pragma unroll
     for (int q = 1 + K; q < KP; q++) gr[q] = 0.f;
+    if (cached(f)) {
+#pragma unroll
+        for (int q = 0; q < 1 + K; q++) atomicAdd(GH + f * KP + q, gr[q]);
+        return;
+    }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #pragma unroll
     for (int t = 0; t < KP / 4; t++)
@@ -457,22 +517,22 @@ __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long 
 #if K == 0
 #pragma unroll
     for (int i = 0; i < WEPL; i++)
-        if (cx[i] != 0.f) atomicAdd(dst_row(T, Tsh, cf[i], rs), g * cx[i]);
+        if (cx[i] != 0.f) red_w(T, Tsh, cf[i], rs, g * cx[i]);
     for (long long e = tail; e < c1; e += WG) {
         const float x = __ldcs(data + e);
-        if (x != 0.f) atomicAdd(dst_row(T, Tsh, __ldcs(indices + e), rs), g * x);
+        if (x != 0.f) red_w(T, Tsh, __ldcs(indices + e), rs, g * x);
     }
 #else
 #pragma unroll
     for (int i = 0; i < WEPL; i++)
-        if (cx[i] != 0.f) red_row(dst_row(T, Tsh, cf[i], rs), p[i], cx[i], g, a2);
+        if (cx[i] != 0.f) red_row(dst_row(T, Tsh, cf[i], rs), cf[i], p[i], cx[i], g, a2);
     for (long long e = tail; e < c1; e += WG) {
         const int f = __ldcs(indices + e);
         const float x = __ldcs(data + e);
         if (x != 0.f) {
             float pt[KP];
             read_row(pt, P, Psh, f);
-            red_row(dst_row(T, Tsh, f, rs), pt, x, g, a2);
+            red_row(dst_row(T, Tsh, f, rs), f, pt, x, g, a2);
         }
     }
 #endif
@@ -538,7 +598,8 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, long l
     if (j == 0 && r >= 0) lsum += (double)logloss(z, yy);   // off the critical path, after the updates
 }
 
-// Trains the units of the chunks order[0..n_order) with nw warps (warps past nw return at once).
+// Trains the units of the chunks order[0..n_order) with nw warps (warps past nw return at once, or,
+// with the hot-row cache, idle through the block's steps). Dynamic shared memory: 2 HC KP floats.
 // update=chunk: T/Tsh/tb alias P/Psh/bb (asynchronous, shard_writes = 1); update=batch: T is a
 // gradient buffer (shard_writes = 0: every gradient to T and tb[0]) committed by warp_commit.
 extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
@@ -548,11 +609,17 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
                                      float* T, float* Tsh, float* tb, int shard_writes, float scale,
                                      double* loss_sum) {
     const int gw = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
-    if (gw >= nw) return;                                  // whole warps
+    if (!CACHED && gw >= nw) return;                       // whole warps (cached: they take part in barriers)
     const int lane = threadIdx.x & 31;
     const int grp = lane / WG, j = lane % WG;
     const int n_units = n_order * (C / WS);
     const int rs = shard_writes ? gw % NSH : 0;
+    // steps: every warp of a block the same number when the block shares a hot-row cache
+    const int steps = CACHED ? (n_units + nw - 1) / nw : (n_units - gw + nw - 1) / nw;
+#if CACHED
+    for (int i = threadIdx.x; i < HC * KP; i += blockDim.x) GH[i] = 0.f;
+    const int rsb = shard_writes ? (int)(blockIdx.x % NSH) : 0;
+#endif
     // software pipeline over this warp's units u, u + nw, u + 2 nw, ...: at step t the edges and
     // labels of unit t + WPF are loaded (their row pointers arrived a step earlier), the row pointers
     // of unit t + WPF + 1 (its row arrived a step earlier) and the row of unit t + WPF + 2; slot 0
@@ -561,7 +628,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
     long long p0[WPF + 2], p1[WPF + 2];    // row pointers of units t .. t + WPF + 1 (0 .. WPF valid)
     int ef[WPF + 1][WEPL];                 // edges and labels of units t .. t + WPF (0 .. WPF - 1 valid)
     float ex[WPF + 1][WEPL], ey[WPF + 1];
-    int u = gw;
+    int u = gw < nw ? gw : n_units;                        // a warp past nw has no units
 #pragma unroll
     for (int a = 0; a < WPF + 2; a++) rw[a] = unit_row(order, u + a * nw, n_units, n, grp);
 #pragma unroll
@@ -575,7 +642,12 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
         ey[a] = rw[a] >= 0 ? __ldg(y + rw[a]) : 0.f;
     }
     double lsum = 0.0;
-    for (; u < n_units; u += nw) {
+    for (int t = 0; t < steps; t++, u += nw) {
+#if CACHED
+        __syncthreads();                                   // the block's previous step is done
+        hot_sync(T, Tsh, P, Psh, rsb);
+        __syncthreads();
+#endif
         load_edges(ef[WPF], ex[WPF], indices, data, p0[WPF], p1[WPF], j);
         ey[WPF] = rw[WPF] >= 0 ? __ldg(y + rw[WPF]) : 0.f;
         p0[WPF + 1] = rw[WPF + 1] >= 0 ? __ldg(indptr + rw[WPF + 1]) : 0;
@@ -595,6 +667,10 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
             for (int i = 0; i < WEPL; i++) { ef[a][i] = ef[a + 1][i]; ex[a][i] = ex[a + 1][i]; }
         }
     }
+#if CACHED
+    __syncthreads();
+    hot_sync(T, Tsh, P, Psh, rsb);                         // the last step's hot gradients
+#endif
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
     if (lane == 0 && lsum != 0.0) atomicAdd(loss_sum, lsum);

@@ -30,6 +30,7 @@ class WideConf(ModelConf):
     shards: int = 1              # design=warp: copies of the hot parameter rows and the bias (spread atomics)
     shard_hot: int = 0           # design=warp: most frequent features whose rows are sharded
     prefetch: int = 0            # design=warp: steps ahead the edges are loaded (0: 2, or 1 for big FM rows)
+    hot_cache: int = 0           # design=warp: most frequent features whose rows each block caches in shared memory
     shuffle: bool = True         # reshuffle chunk order every epoch
     init_std: float = 0.01       # FM factors ~ N(0, init_std^2), seeded
     device_budget_mb: float = 0  # out-of-core when training data exceeds this (0: 60% of free memory)
@@ -80,6 +81,8 @@ def _check(cfg) -> None:
     require(1 <= m.shards <= 32, "model.shards", m.shards, "1 (none) .. 32")
     require(m.shard_hot >= 0, "model.shard_hot", m.shard_hot, "a non-negative number of features")
     require(0 <= m.prefetch <= 4, "model.prefetch", m.prefetch, "0 (auto) or 1..4 steps")
+    require(0 <= m.hot_cache <= 8192 and m.hot_cache % 4 == 0, "model.hot_cache", m.hot_cache,
+            "0 (none) or a multiple of 4 up to 8192 features")
     require(m.init_std >= 0, "model.init_std", m.init_std, "a non-negative standard deviation")
     require(m.streams >= 1, "model.streams", m.streams, "a positive integer")
     check_variants(cfg, ["flow", "stage", "torch", "cpu"])

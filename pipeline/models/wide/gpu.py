@@ -230,14 +230,16 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     batch_chunks = max(1, int(mc.batch_size) // data.chunk)
     samples = (int(mc.inflight) or batch_chunks) * data.chunk
     nw = max(1, min(-(-samples // ws), 32 * sm))
+    hc = min(int(mc.get("hot_cache", 0)), data.d) // 4 * 4
     wpb = int(mc.warps_per_block)
     if not wpb:
-        wpb = next((w for w in (8, 4, 2) if -(-nw // w) >= sm), 1)
+        # a block on every SM; with a hot-row cache at least 2 warps share it (fewer, fuller blocks)
+        wpb = next((w for w in (8, 4, 2) if -(-nw // w) >= (sm // 2 if hc else sm)), 2 if hc and nw > 1 else 1)
     nsh = max(1, int(mc.shards))
     hsh = min(int(mc.shard_hot), data.d) if nsh > 1 else 0
     wpf = int(mc.get("prefetch", 0)) or (2 if kp * epl <= 48 else 1)   # registers: (wpf + 1) x epl edges
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
-            "wpb": wpb, "kp": kp}
+            "wpb": wpb, "kp": kp, "HC": hc, "smem": 8 * hc * kp}
 
 
 class FlowWarpTrainer(_Base):
@@ -259,7 +261,7 @@ class FlowWarpTrainer(_Base):
         self.nsh, self.hsh = geo["NSH"], geo["HSH"]
         from pipeline.gpu import kernels
         defines = dict(kernel_defines(mc, data))
-        defines.update({k: geo[k] for k in ("WS", "WEPL", "NSH", "HSH", "WPF")})
+        defines.update({k: geo[k] for k in ("WS", "WEPL", "NSH", "HSH", "WPF", "HC")})
         self.mod = kernels.load("wide", "wide.cu", defines=defines)
         self.train = self.mod.kernel("flow_warp", "PiPPPPiiPPPPPPifP")
         self.commit = self.mod.kernel("warp_commit", "PiiPPPPPP")
@@ -286,7 +288,8 @@ class FlowWarpTrainer(_Base):
         g = self.geo
         return (f"flow design=warp: {g['nw']} warps in flight x {g['WS']} sample(s) ({g['WG']} lanes each, "
                 f"{g['WEPL']} edges/lane in registers, loaded {g['WPF']} steps ahead), {g['wpb']} warps/block, "
-                f"hot rows {g['HSH']} x {g['NSH']} shards, packed rows of {self.kp} floats")
+                f"hot rows {g['HSH']} x {g['NSH']} shards, {g['HC']} hot rows cached per block, "
+                f"packed rows of {self.kp} floats")
 
     def set_params(self, p: Params) -> None:
         cp = self.cp
@@ -322,7 +325,7 @@ class FlowWarpTrainer(_Base):
         T, Tsh, tb = target
         self.train((grid,), (32 * wpb,), order_dev, np.int32(n_order), self.dev["indptr"], self.dev["indices"],
                    self.dev["data"], self.dev["y"], np.int32(self.data.n), np.int32(nw), self.P, self.Psh, self.bb,
-                   T, Tsh, tb, np.int32(shard_writes), np.float32(scale), self.loss)
+                   T, Tsh, tb, np.int32(shard_writes), np.float32(scale), self.loss, shared=g["smem"])
 
     def epoch(self, order: np.ndarray) -> Tuple[float, float]:
         cp, data = self.cp, self.data

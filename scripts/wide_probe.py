@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Ceilings of the wide models' per-edge work on this GPU (``cuda/wide/probe.cu``), on generated
+criteo-s-shaped data (ids renumbered by frequency, as the trainers see them).
+
+Each probe makes one pass over the training edges: stream them only (the one-pass floor), gather a
+parameter per edge, one atomic per edge (plain, or with the hot rows sharded as the warp design
+does), and per run of equal features in feature-major tiles of T rows (what aggregating a tile's
+updates before the atomics buys). No training happens; the numbers bound what an epoch can cost.
+Usage (on a GPU): ``python3 scripts/wide_probe.py [--scale 0.2] [--tiles 32 256 1024 8192]``.
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def tiles_feature_major(X, rows_per_tile: int):
+    """Edges of X sorted by (tile of rows, feature): (fid, val), padded to a multiple of 4."""
+    rows = np.repeat(np.arange(X.shape[0], dtype=np.int64), np.diff(X.indptr))
+    key = (rows // rows_per_tile) * X.shape[1] + X.indices
+    o = np.argsort(key, kind="stable")
+    return pad4(X.indices[o].astype(np.int32), X.data[o].astype(np.float32))
+
+
+def pad4(f, x):
+    n = -len(f) % 4
+    return np.concatenate([f, np.zeros(n, np.int32)]), np.concatenate([x, np.zeros(n, np.float32)])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scale", type=float, default=0.2)
+    ap.add_argument("--tiles", type=int, nargs="+", default=[32, 256, 1024, 8192])
+    ap.add_argument("--reps", type=int, default=7)
+    a = ap.parse_args()
+    import cupy as cp
+    from pipeline.data.ctr_synth import SHAPES, generate
+    from pipeline.gpu import device, kernels
+    from pipeline.models.wide.prep import apply_ids, renumber
+    info = device.init(0)
+    rows0, feats, nnz = SHAPES["criteo_s"]
+    X, _ = generate(int(round(rows0 * a.scale)), feats, nnz, 0)
+    new, freq = renumber(X)
+    X = apply_ids(X, new)
+    E = X.nnz
+    mod = kernels.load("wide", "probe.cu")
+    w = cp.zeros(feats, cp.float32)
+    out = cp.zeros(1, cp.float32)
+    sm = info.sm_count
+    grid, block = (8 * sm,), (256,)
+
+    def timed(fn):
+        fn()
+        cp.cuda.Device().synchronize()
+        ts = []
+        for _ in range(a.reps):
+            s, e = cp.cuda.Event(), cp.cuda.Event()
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            ts.append(cp.cuda.get_elapsed_time(s, e))
+        return float(np.median(ts)), float(np.min(ts)), float(np.max(ts))
+
+    rows_f, rows_x = pad4(X.indices.astype(np.int32), X.data.astype(np.float32))
+    f_dev, x_dev = cp.asarray(rows_f), cp.asarray(rows_x)
+    e4 = np.int64(len(rows_f))
+    results = []
+
+    def add(name, fn, nedges=E):
+        med, lo, hi = timed(fn)
+        results.append((name, med, lo, hi, nedges / med / 1e6))
+
+    k = lambda n, sig: mod.kernel(n, sig)
+    add("stream f+x (one-pass floor)", lambda: k("p_stream", "PPqP")(grid, block, f_dev, x_dev, e4, out))
+    add("gather w[f] per edge", lambda: k("p_gather", "PPqPP")(grid, block, f_dev, x_dev, e4, w, out))
+    wsh = cp.zeros(feats * 8, cp.float32)
+    for hot, nsh in ((0, 1), (256, 8), (256, 32), (4096, 32)):
+        add(f"RED per edge, hot {hot} x {nsh} shards",
+            lambda hot=hot, nsh=nsh: k("p_red", "PPqPPii")(grid, block, f_dev, x_dev, e4, w, wsh,
+                                                          np.int32(hot), np.int32(nsh)))
+    add("gather + RED per edge, 256 x 8 shards",
+        lambda: k("p_gather_red", "PPqPPii")(grid, block, f_dev, x_dev, e4, w, wsh, np.int32(256), np.int32(8)))
+    for t in a.tiles:
+        tf, tx = tiles_feature_major(X, t)
+        tf_dev, tx_dev = cp.asarray(tf), cp.asarray(tx)
+        m = len(tf) // 32 * 32
+        n_runs = int(np.count_nonzero(np.diff(tf[:m].reshape(-1, 32), axis=1)) + m // 32)
+        add(f"tile {t} rows: warp-run RED ({n_runs / E:.2f} RED/edge)",
+            lambda: k("p_seg_red", "PPqP")(grid, block, tf_dev, tx_dev, np.int64(len(tf)), w))
+        add(f"tile {t} rows: warp-run gather + RED",
+            lambda: k("p_seg_gather_red", "PPqP")(grid, block, tf_dev, tx_dev, np.int64(len(tf)), w))
+        del tf_dev, tx_dev
+    print(f"\n{info.name}: {X.shape[0]} rows, {E} edges ({E / X.shape[0]:.1f}/row), top 256 features hold "
+          f"{freq[:256].sum() / E:.2f} of the edges")
+    print("| probe | ms median | min | max | M edges/s |")
+    print("|---|---|---|---|---|")
+    for name, med, lo, hi, rate in results:
+        print(f"| {name} | {med:.3f} | {lo:.3f} | {hi:.3f} | {rate:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

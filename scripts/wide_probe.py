@@ -84,6 +84,22 @@ def main():
                                                           np.int32(hot), np.int32(nsh)))
     add("gather + RED per edge, 256 x 8 shards",
         lambda: k("p_gather_red", "PPqPPii")(grid, block, f_dev, x_dev, e4, w, wsh, np.int32(256), np.int32(8)))
+    cold = X.indices >= 4096
+    cf, cx = pad4(X.indices[cold].astype(np.int32), X.data[cold].astype(np.float32))
+    cf_dev, cx_dev = cp.asarray(cf), cp.asarray(cx)
+    nc = np.int64(len(cf))
+    add(f"cold edges only (id >= 4096, {cold.mean():.2f} of all): gather",
+        lambda: k("p_gather", "PPqPP")(grid, block, cf_dev, cx_dev, nc, w, out), int(cold.sum()))
+    add("cold edges only: RED", lambda: k("p_red", "PPqPPii")(grid, block, cf_dev, cx_dev, nc, w, wsh,
+                                                             np.int32(0), np.int32(1)), int(cold.sum()))
+    add("cold edges only: gather + RED", lambda: k("p_gather_red", "PPqPPii")(grid, block, cf_dev, cx_dev, nc, w,
+                                                                            wsh, np.int32(0), np.int32(1)),
+        int(cold.sum()))
+    uf = cp.asarray(np.random.default_rng(1).integers(0, feats, len(rows_f)).astype(np.int32))
+    add("uniform random ids: gather", lambda: k("p_gather", "PPqPP")(grid, block, uf, x_dev, e4, w, out))
+    add("uniform random ids: RED", lambda: k("p_red", "PPqPPii")(grid, block, uf, x_dev, e4, w, wsh,
+                                                                np.int32(0), np.int32(1)))
+    del cf_dev, cx_dev, uf
     for t in a.tiles:
         tf, tx = tiles_feature_major(X, t)
         tf_dev, tx_dev = cp.asarray(tf), cp.asarray(tx)
@@ -94,12 +110,20 @@ def main():
         add(f"tile {t} rows: warp-run gather + RED",
             lambda: k("p_seg_gather_red", "PPqP")(grid, block, tf_dev, tx_dev, np.int64(len(tf)), w))
         del tf_dev, tx_dev
+    cyc = np.random.default_rng(2).permutation(feats).astype(np.int32)
+    nxt = np.empty(feats, np.int32)
+    nxt[cyc] = np.roll(cyc, -1)
+    nxt_dev, iout = cp.asarray(nxt), cp.zeros(1, cp.int32)
+    hops = 20000
+    med, lo, hi = timed(lambda: k("p_chase", "PiP")((1,), (1,), nxt_dev, np.int32(hops), iout))
+    chase_us = med / hops * 1e3
     print(f"\n{info.name}: {X.shape[0]} rows, {E} edges ({E / X.shape[0]:.1f}/row), top 256 features hold "
           f"{freq[:256].sum() / E:.2f} of the edges")
     print("| probe | ms median | min | max | M edges/s |")
     print("|---|---|---|---|---|")
     for name, med, lo, hi, rate in results:
         print(f"| {name} | {med:.3f} | {lo:.3f} | {hi:.3f} | {rate:.0f} |")
+    print(f"dependent L2 load (pointer chase over a 4 MB array, one thread): {chase_us * 1e3:.0f} ns per hop")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,9 @@ def test_one_epoch_fixed_order_equals_reference(compose, tmp_path, model, k, ds,
 WARP_CASES = [("wide_lr", 0, "a9a"), ("wide_fm", 3, "a9a"), ("wide_lr", 0, "ctr_synth"), ("wide_fm", 10, "ctr_synth")]
 WARP_KNOBS = {"s1_sh8": ["model.warp_samples=1", "model.shards=8", "model.shard_hot=64"],
               "s4_sh1": ["model.warp_samples=4", "model.shards=1"],
-              "s2_epl1": ["model.warp_samples=2", "model.edges_per_lane=1", "model.shards=4", "model.shard_hot=16"]}
+              "s2_epl1": ["model.warp_samples=2", "model.edges_per_lane=1", "model.shards=4", "model.shard_hot=16"],
+              "s4_hc64": ["model.warp_samples=4", "model.shards=4", "model.shard_hot=32", "model.hot_cache=64",
+                          "model.warps_per_block=4"]}
 
 
 def spread_over_shards(tr):
@@ -108,15 +110,16 @@ def test_warp_one_epoch_batch_equals_reference(compose, tmp_path, model, k, ds, 
     assert abs(loss - want_loss) <= 1e-5
 
 
+@pytest.mark.parametrize("hc", [0, 16])
 @pytest.mark.parametrize("model,k,ds", WARP_CASES)
-def test_warp_chunk_one_warp_equals_reference(compose, tmp_path, model, k, ds):
+def test_warp_chunk_one_warp_equals_reference(compose, tmp_path, model, k, ds, hc):
     """design=warp, update=chunk with one warp in flight training a whole chunk per step (chunk =
     warp_samples = 4, inflight = 1): strictly sequential chunk steps, i.e. the reference's
     update=chunk (each chunk applies lr x gradient sum / (batch_size // chunk x chunk))."""
     from pipeline.models.wide import gpu
     ov = [f"model={model}", f"dataset={ds}", "size=small", "batch_size=256", "model.update=chunk",
           "model.shuffle=false", "model.design=warp", "model.chunk=4", "model.warp_samples=4",
-          "model.inflight=1", "model.shards=4", "model.shard_hot=16"]
+          "model.inflight=1", "model.shards=4", "model.shard_hot=16", f"model.hot_cache={hc}"]
     if k:
         ov.append(f"model.k={k}")
     cfg, ctx, data = make(compose, tmp_path, ov)

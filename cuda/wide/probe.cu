@@ -84,3 +84,10 @@ extern "C" __global__ void p_seg_gather_red(const int* __restrict__ f, const flo
                                             float* w) {
     seg_red<true>(f, x, E, w);
 }
+
+// latency of dependent L2 loads: one thread follows nxt[] (a random cycle) for `steps` hops
+extern "C" __global__ void p_chase(const int* nxt, int steps, int* out) {
+    int i = 0;
+    for (int s = 0; s < steps; s++) i = __ldcg(nxt + i);
+    out[0] = i;
+}

@@ -32,4 +32,7 @@ SANITIZE = [
      "model.design=chunk", "model.baselines=[]"],
     ["model=wide_fm", "dataset=ctr_synth", "size=small", "dataset.small_scale=0.001", "epochs=1",
      "model.k=3", "model.design=warp", "model.warp_samples=4", "model.update=batch", "model.baselines=[]"],
+    # the warp design's shared-memory hot-row cache (block barriers, shared atomics: racecheck)
+    ["model=wide_lr", "dataset=ctr_synth", "size=small", "dataset.small_scale=0.001", "epochs=1",
+     "model.hot_cache=64", "model.warps_per_block=4", "model.baselines=[]"],
 ]

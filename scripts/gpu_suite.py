@@ -247,7 +247,7 @@ def render(files: List[Path]) -> str:
         for x in d["data"]["results"]:
             e = f"{x['errors']} errors" if x["errors"] is not None else f"{x.get('hazards')} hazards"
             cfg = " ".join(o for o in x["overrides"] if not o.startswith(("bench.", "tracking.", "size=")))
-            head.append(f"| compute-sanitizer | {x['model']} {x['tool']}: `{cfg[:70]}` | {e}, exit {x['rc']} |")
+            head.append(f"| compute-sanitizer | {x['model']} {x['tool']}: `{cfg}` | {e}, exit {x['rc']} |")
     if head:
         lines += ["## At a glance", "", "| what | run | result |", "|---|---|---|"] + head + [""]
     for d in parts.get("tests", []):

@@ -33,7 +33,7 @@ def pad4(f, x):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--scale", type=float, default=0.2)
-    ap.add_argument("--tiles", type=int, nargs="+", default=[32, 256, 1024, 8192])
+    ap.add_argument("--tiles", type=int, nargs="*", default=[32, 256, 1024, 8192])
     ap.add_argument("--reps", type=int, default=7)
     a = ap.parse_args()
     import cupy as cp
@@ -95,6 +95,27 @@ def main():
     add("cold edges only: gather + RED", lambda: k("p_gather_red", "PPqPPii")(grid, block, cf_dev, cx_dev, nc, w,
                                                                             wsh, np.int32(0), np.int32(1)),
         int(cold.sum()))
+    # ids past the hottest 256 spread over lines by a random permutation (renumbering by frequency
+    # packs features of similar frequency into the same 128-byte lines)
+    perm = np.arange(feats, dtype=np.int32)
+    perm[256:] = 256 + np.random.default_rng(3).permutation(feats - 256).astype(np.int32)
+    sf = cp.asarray(perm[rows_f])
+    add("ids >= 256 spread over lines: gather + RED, 256 x 8 shards",
+        lambda: k("p_gather_red", "PPqPPii")(grid, block, sf, x_dev, e4, w, wsh, np.int32(256), np.int32(8)))
+    add("ids >= 256 spread over lines: RED, 256 x 8 shards",
+        lambda: k("p_red", "PPqPPii")(grid, block, sf, x_dev, e4, w, wsh, np.int32(256), np.int32(8)))
+    warm = X.indices >= 256
+    wf, wx = pad4(perm[X.indices[warm]], X.data[warm].astype(np.float32))
+    wf_dev, wx_dev = cp.asarray(wf), cp.asarray(wx)
+    add(f"ids >= 256 only ({warm.mean():.2f} of all), spread: gather + RED",
+        lambda: k("p_gather_red", "PPqPPii")(grid, block, wf_dev, wx_dev, np.int64(len(wf)), w, wsh,
+                                             np.int32(0), np.int32(1)), int(warm.sum()))
+    wf0, _ = pad4(X.indices[warm].astype(np.int32), X.data[warm].astype(np.float32))
+    wf0_dev = cp.asarray(wf0)
+    add("ids >= 256 only, as renumbered: gather + RED",
+        lambda: k("p_gather_red", "PPqPPii")(grid, block, wf0_dev, wx_dev, np.int64(len(wf)), w, wsh,
+                                             np.int32(0), np.int32(1)), int(warm.sum()))
+    del sf, wf_dev, wx_dev, wf0_dev
     uf = cp.asarray(np.random.default_rng(1).integers(0, feats, len(rows_f)).astype(np.int32))
     add("uniform random ids: gather", lambda: k("p_gather", "PPqPP")(grid, block, uf, x_dev, e4, w, out))
     add("uniform random ids: RED", lambda: k("p_red", "PPqPPii")(grid, block, uf, x_dev, e4, w, wsh,

@@ -428,7 +428,9 @@ class _HostModule:
     (10, 1, 1, 0, "chunk", 1, 0),
     (0, 4, 4, 64, "chunk", 8, 32), (10, 2, 4, 8, "chunk", 8, 16), (3, 1, 1, 0, "chunk", 4, 8),
     (0, 2, 8, 16, "batch", 0, 64), (10, 4, 4, 32, "batch", 0, 4)])
-def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shards, hot, update, inflight, hc):
+@pytest.mark.parametrize("spread", [False, True])
+def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shards, hot, update, inflight, hc,
+                                              spread):
     """update=batch: one pass equals the mini-batch reference. update=chunk with chunk = warp_samples
     (a unit is a chunk): the host runs the warps one after another, so the result equals the
     reference's chunk steps in that warp-major order, every warp adding into its own shard.
@@ -449,9 +451,13 @@ def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shar
     data = prep.from_arrays(prep.build_arrays(X[:-200], y[:-200], X[-200:], y[-200:], chunk, 16, 0), chunk, 16)
     mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update=update, warp_samples=ws,
                                edges_per_lane=0, inflight=inflight, warps_per_block=1 if hc else 0,
-                               shards=shards, shard_hot=hot, chunk=chunk, prefetch=0, hot_cache=hc))
+                               shards=shards, shard_hot=hot, chunk=chunk, prefetch=0, hot_cache=hc,
+                               spread=spread))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
     assert tr.geo["HC"] == hc and (tr.geo["wpb"] == 1 or not hc)
+    if spread:                                          # the hot rows stay, the others move
+        assert np.array_equal(tr.row[:tr.keep], np.arange(tr.keep)) and (tr.row[tr.keep:] != np.arange(tr.keep, data.d)).any()
+        assert np.array_equal(np.sort(tr.row), np.arange(data.d))
 
     class _Ev:
         def record(self, *a):

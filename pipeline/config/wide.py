@@ -30,6 +30,7 @@ class WideConf(ModelConf):
     shards: int = 1              # design=warp: copies of the hot parameter rows and the bias (spread atomics)
     shard_hot: int = 0           # design=warp: most frequent features whose rows are sharded
     prefetch: int = 0            # design=warp: steps ahead the edges are loaded (0: 2, or 1 for big FM rows)
+    spread: bool = False         # design=warp: rows of features past the hot ones spread over lines (seeded)
     hot_cache: int = 0           # design=warp: most frequent features whose rows each block caches in shared memory
     shuffle: bool = True         # reshuffle chunk order every epoch
     init_std: float = 0.01       # FM factors ~ N(0, init_std^2), seeded

@@ -281,7 +281,17 @@ class FlowWarpTrainer(_Base):
         self.out_of_core = False
         from pipeline.gpu.transfer import upload_all
         X = data.Xtr
-        self.dev = upload_all({"indptr": X.indptr.astype(np.int64), "indices": X.indices.astype(np.int32),
+        # parameter row of each feature: the hot rows (cached or sharded) stay in place, the rest are
+        # spread over the table by a seeded permutation: renumbering by frequency puts features of
+        # similar frequency side by side, so the warm ones would share 128-byte lines and their
+        # gathers and REDs would queue on the same L2 lines
+        self.keep = max(geo["HC"], geo["HSH"])
+        self.row = None
+        if mc.get("spread", False) and d - self.keep > 1:
+            self.row = np.arange(d, dtype=np.int32)
+            self.row[self.keep:] = self.keep + np.random.default_rng(12345).permutation(d - self.keep).astype(np.int32)
+        idx = X.indices.astype(np.int32) if self.row is None else self.row[X.indices]
+        self.dev = upload_all({"indptr": X.indptr.astype(np.int64), "indices": idx,
                                "data": X.data.astype(np.float32), "y": data.ytr})
 
     def describe(self) -> str:
@@ -289,15 +299,16 @@ class FlowWarpTrainer(_Base):
         return (f"flow design=warp: {g['nw']} warps in flight x {g['WS']} sample(s) ({g['WG']} lanes each, "
                 f"{g['WEPL']} edges/lane in registers, loaded {g['WPF']} steps ahead), {g['wpb']} warps/block, "
                 f"hot rows {g['HSH']} x {g['NSH']} shards, {g['HC']} hot rows cached per block, "
-                f"packed rows of {self.kp} floats")
+                f"packed rows of {self.kp} floats" + (f", rows past {self.keep} spread" if self.row is not None else ""))
 
     def set_params(self, p: Params) -> None:
         cp = self.cp
-        P = self.P.reshape(self.data.d, self.kp)
-        P[...] = 0
-        P[:, 0] = cp.asarray(p.w, cp.float32)
+        rows = np.zeros((self.data.d, self.kp), np.float32)      # feature f's row: self.row[f] (spread)
+        at = slice(None) if self.row is None else self.row
+        rows[at, 0] = np.asarray(p.w, np.float32)
         if self.k:
-            P[:, 1:1 + self.k] = cp.asarray(np.asarray(p.V, np.float32))
+            rows[at, 1:1 + self.k] = np.asarray(p.V, np.float32)
+        self.P[...] = cp.asarray(rows.ravel())
         self.Psh.fill(0)
         self.bb.fill(0)
         self.bb[0] = float(p.b)
@@ -315,6 +326,8 @@ class FlowWarpTrainer(_Base):
     def params(self) -> Params:
         self._fold()
         P = self.P.reshape(self.data.d, self.kp).get()
+        if self.row is not None:
+            P = P[self.row]
         b = float(self.bb[:1].get()[0])
         return Params(P[:, 0].copy(), b, P[:, 1:1 + self.k].copy() if self.k else None)
 

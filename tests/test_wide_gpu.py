@@ -66,7 +66,7 @@ def test_one_epoch_fixed_order_equals_reference(compose, tmp_path, model, k, ds,
 
 
 WARP_CASES = [("wide_lr", 0, "a9a"), ("wide_fm", 3, "a9a"), ("wide_lr", 0, "ctr_synth"), ("wide_fm", 10, "ctr_synth")]
-WARP_KNOBS = {"s1_sh8": ["model.warp_samples=1", "model.shards=8", "model.shard_hot=64"],
+WARP_KNOBS = {"s1_sh8": ["model.warp_samples=1", "model.shards=8", "model.shard_hot=64", "model.spread=false"],
               "s4_sh1": ["model.warp_samples=4", "model.shards=1"],
               "s2_epl1": ["model.warp_samples=2", "model.edges_per_lane=1", "model.shards=4", "model.shard_hot=16"],
               "s4_hc64": ["model.warp_samples=4", "model.shards=4", "model.shard_hot=32", "model.hot_cache=64",

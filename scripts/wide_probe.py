@@ -11,6 +11,7 @@ Usage (on a GPU): ``python3 scripts/wide_probe.py [--scale 0.2] [--tiles 32 256 
 import argparse
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -39,6 +40,7 @@ def main():
     import cupy as cp
     from pipeline.data.ctr_synth import SHAPES, generate
     from pipeline.gpu import device, kernels
+    from pipeline.timing import time_cuda
     from pipeline.models.wide.prep import apply_ids, renumber
     info = device.init(0)
     rows0, feats, nnz = SHAPES["criteo_s"]
@@ -52,18 +54,11 @@ def main():
     sm = info.sm_count
     grid, block = (8 * sm,), (256,)
 
+    bench = SimpleNamespace(warmup=1, min_repeats=a.reps, max_repeats=a.reps, min_time_ms=0.0)
+
     def timed(fn):
-        fn()
-        cp.cuda.Device().synchronize()
-        ts = []
-        for _ in range(a.reps):
-            s, e = cp.cuda.Event(), cp.cuda.Event()
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            ts.append(cp.cuda.get_elapsed_time(s, e))
-        return float(np.median(ts)), float(np.min(ts)), float(np.max(ts))
+        t = time_cuda(fn, bench)
+        return t.median_ms, t.iqr_ms, t.min_ms
 
     rows_f, rows_x = pad4(X.indices.astype(np.int32), X.data.astype(np.float32))
     f_dev, x_dev = cp.asarray(rows_f), cp.asarray(rows_x)
@@ -71,10 +66,10 @@ def main():
     results = []
 
     def add(name, fn, nedges=E):
-        med, lo, hi = timed(fn)
-        results.append((name, med, lo, hi, nedges / med / 1e6))
+        med, iqr, lo = timed(fn)
+        results.append((name, med, iqr, lo, nedges / med / 1e6))
 
-    k = lambda n, sig: mod.kernel(n, sig)
+    k = mod.kernel
     add("stream f+x (one-pass floor)", lambda: k("p_stream", "PPqP")(grid, block, f_dev, x_dev, e4, out))
     add("gather w[f] per edge", lambda: k("p_gather", "PPqPP")(grid, block, f_dev, x_dev, e4, w, out))
     wsh = cp.zeros(feats * 8, cp.float32)
@@ -115,12 +110,10 @@ def main():
     add("ids >= 256 only, as renumbered: gather + RED",
         lambda: k("p_gather_red", "PPqPPii")(grid, block, wf0_dev, wx_dev, np.int64(len(wf)), w, wsh,
                                              np.int32(0), np.int32(1)), int(warm.sum()))
-    del sf, wf_dev, wx_dev, wf0_dev
     uf = cp.asarray(np.random.default_rng(1).integers(0, feats, len(rows_f)).astype(np.int32))
     add("uniform random ids: gather", lambda: k("p_gather", "PPqPP")(grid, block, uf, x_dev, e4, w, out))
     add("uniform random ids: RED", lambda: k("p_red", "PPqPPii")(grid, block, uf, x_dev, e4, w, wsh,
                                                                 np.int32(0), np.int32(1)))
-    del cf_dev, cx_dev, uf
     for t in a.tiles:
         tf, tx = tiles_feature_major(X, t)
         tf_dev, tx_dev = cp.asarray(tf), cp.asarray(tx)
@@ -130,20 +123,19 @@ def main():
             lambda: k("p_seg_red", "PPqP")(grid, block, tf_dev, tx_dev, np.int64(len(tf)), w))
         add(f"tile {t} rows: warp-run gather + RED",
             lambda: k("p_seg_gather_red", "PPqP")(grid, block, tf_dev, tx_dev, np.int64(len(tf)), w))
-        del tf_dev, tx_dev
     cyc = np.random.default_rng(2).permutation(feats).astype(np.int32)
     nxt = np.empty(feats, np.int32)
     nxt[cyc] = np.roll(cyc, -1)
     nxt_dev, iout = cp.asarray(nxt), cp.zeros(1, cp.int32)
     hops = 20000
-    med, lo, hi = timed(lambda: k("p_chase", "PiP")((1,), (1,), nxt_dev, np.int32(hops), iout))
+    med, _, _ = timed(lambda: k("p_chase", "PiP")((1,), (1,), nxt_dev, np.int32(hops), iout))
     chase_us = med / hops * 1e3
     print(f"\n{info.name}: {X.shape[0]} rows, {E} edges ({E / X.shape[0]:.1f}/row), top 256 features hold "
           f"{freq[:256].sum() / E:.2f} of the edges")
-    print("| probe | ms median | min | max | M edges/s |")
+    print("| probe | ms median | IQR | min | M edges/s |")
     print("|---|---|---|---|---|")
-    for name, med, lo, hi, rate in results:
-        print(f"| {name} | {med:.3f} | {lo:.3f} | {hi:.3f} | {rate:.0f} |")
+    for name, med, iqr, lo, rate in results:
+        print(f"| {name} | {med:.3f} | {iqr:.3f} | {lo:.3f} | {rate:.0f} |")
     print(f"dependent L2 load (pointer chase over a 4 MB array, one thread): {chase_us * 1e3:.0f} ns per hop")
 
 

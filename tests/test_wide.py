@@ -204,6 +204,8 @@ def test_logloss_stable_and_early_stop():
     (["model=wide_lr", "model.chunk=8", "model.warp_samples=16"], "model.warp_samples"),
     (["model=wide_fm", "model.shards=0"], "model.shards"),
     (["model=wide_fm", "model.edges_per_lane=-1"], "model.edges_per_lane"),
+    (["model=wide_lr", "model.hot_cache=6"], "model.hot_cache"),
+    (["model=wide_fm", "model.k=64", "model.hot_cache=1024"], "model.hot_cache"),     # 557 KB of shared memory
 ])
 def test_config_errors(compose, overrides, key):
     from pipeline.config import validate
@@ -214,6 +216,7 @@ def test_config_errors(compose, overrides, key):
 def test_warp_config_accepted(compose):
     from pipeline.config import validate
     validate(compose(["model=wide_fm", "model.design=warp", "model.warp_samples=4", "model.shards=8"]))
+    validate(compose(["model=wide_fm", "model.k=10", "model.hot_cache=2048"]))          # 192 KB: fits
 
 
 def _geo_data(chunk=32, n=4000, d=3000, seed=0):

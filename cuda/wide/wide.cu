@@ -481,9 +481,10 @@ __device__ __forceinline__ void accumulate(const float* p, float x, float& lin, 
     }
 }
 
-// dst += g * (x, x a2_q - v_q x^2): KP / 4 vector REDs (sm_90), scalar atomics before Hopper;
-// feature f < HC: scalar shared-memory atomics into the block's GH row instead
-__device__ __forceinline__ void red_row(float* dst, int f, const float* p, float x, float g, const float* a2) {
+// FM: row of feature f (or its shard rs) += g * (x, x a2_q - v_q x^2): KP / 4 vector REDs (sm_90),
+// scalar atomics before Hopper; f < HC: scalar shared-memory atomics into the block's GH row instead
+__device__ __forceinline__ void red_row(float* T, float* Tsh, int f, int rs, const float* p, float x, float g,
+                                        const float* a2) {
     float gr[KP];
     gr[0] = g * x;
 #pragma unroll
@@ -495,6 +496,7 @@ __device__ __forceinline__ void red_row(float* dst, int f, const float* p, float
         for (int q = 0; q < 1 + K; q++) atomicAdd(GH + f * KP + q, gr[q]);
         return;
     }
+    float* dst = dst_row(T, Tsh, f, rs);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #pragma unroll
     for (int t = 0; t < KP / 4; t++)
@@ -525,14 +527,14 @@ __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long 
 #else
 #pragma unroll
     for (int i = 0; i < WEPL; i++)
-        if (cx[i] != 0.f) red_row(dst_row(T, Tsh, cf[i], rs), cf[i], p[i], cx[i], g, a2);
+        if (cx[i] != 0.f) red_row(T, Tsh, cf[i], rs, p[i], cx[i], g, a2);
     for (long long e = tail; e < c1; e += WG) {
         const int f = __ldcs(indices + e);
         const float x = __ldcs(data + e);
         if (x != 0.f) {
             float pt[KP];
             read_row(pt, P, Psh, f);
-            red_row(dst_row(T, Tsh, f, rs), f, pt, x, g, a2);
+            red_row(T, Tsh, f, rs, pt, x, g, a2);
         }
     }
 #endif

@@ -84,6 +84,9 @@ def _check(cfg) -> None:
     require(0 <= m.prefetch <= 4, "model.prefetch", m.prefetch, "0 (auto) or 1..4 steps")
     require(0 <= m.hot_cache <= 8192 and m.hot_cache % 4 == 0, "model.hot_cache", m.hot_cache,
             "0 (none) or a multiple of 4 up to 8192 features")
+    from pipeline.models.wide.gpu import HOT_CACHE_SMEM_MAX, hot_cache_bytes
+    require(hot_cache_bytes(m.hot_cache, m.k) <= HOT_CACHE_SMEM_MAX, "model.hot_cache", m.hot_cache,
+            f"fewer rows: with k={m.k} its two shared-memory copies must fit in {HOT_CACHE_SMEM_MAX // 1024} KB")
     require(m.init_std >= 0, "model.init_std", m.init_std, "a non-negative standard deviation")
     require(m.streams >= 1, "model.streams", m.streams, "a positive integer")
     check_variants(cfg, ["flow", "stage", "torch", "cpu"])

@@ -209,6 +209,14 @@ def packed_width(k: int) -> int:
     return 1 if k == 0 else (k + 4) & ~3
 
 
+HOT_CACHE_SMEM_MAX = 227 * 1024       # dynamic shared memory a block may opt in to on sm_90
+
+
+def hot_cache_bytes(hc: int, k: int) -> int:
+    """Shared memory of the warp design's hot-row cache: the rows and their step gradient."""
+    return 8 * int(hc) * packed_width(int(k))
+
+
 def csr_bytes(data: WideData) -> int:
     """Device bytes of the training CSR the warp design reads (indptr, indices, data, labels)."""
     return int(8 * (data.n + 1) + 8 * data.Xtr.nnz + 4 * data.n)
@@ -239,7 +247,7 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     hsh = min(int(mc.shard_hot), data.d) if nsh > 1 else 0
     wpf = int(mc.get("prefetch", 0)) or (2 if kp * epl <= 48 else 1)   # registers: (wpf + 1) x epl edges
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
-            "wpb": wpb, "kp": kp, "HC": hc, "smem": 8 * hc * kp}
+            "wpb": wpb, "kp": kp, "HC": hc, "smem": hot_cache_bytes(hc, k)}
 
 
 class FlowWarpTrainer(_Base):

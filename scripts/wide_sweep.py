@@ -72,6 +72,12 @@ SETTINGS = [
      warp(s=4, sh=8, hot=256, hc=256, wpb=8, inflight=64, spread=True)),
     ("lr-warp-s4-sh8-h1024-hc1024-wpb4-spread-2batches", LR,
      warp(s=4, sh=8, hot=1024, hc=1024, wpb=4, inflight=64, spread=True)),
+    # the hot rows cached and not sharded: a block reloads HC rows a step instead of HC x shards
+    ("lr-warp-s4-sh1-hc256-wpb4-spread-2batches", LR, warp(s=4, sh=1, hc=256, wpb=4, inflight=64, spread=True)),
+    ("lr-warp-s4-sh1-hc1024-wpb4-spread-2batches", LR, warp(s=4, sh=1, hc=1024, wpb=4, inflight=64, spread=True)),
+    ("lr-warp-s4-sh1-hc256-wpb8-spread-4batches", LR, warp(s=4, sh=1, hc=256, wpb=8, inflight=128, spread=True)),
+    ("lr-warp-s4-sh8-h256-hc256-wpb8-spread-4batches", LR,
+     warp(s=4, sh=8, hot=256, hc=256, wpb=8, inflight=128, spread=True)),
     ("fm-chunk", FM, ["model.design=chunk"]),
     ("fm-warp-s1-sh4-h32", FM, warp(s=1, sh=4, hot=32)),
     ("fm-warp-s1-sh1", FM, warp(s=1, sh=1)),

@@ -91,3 +91,34 @@ extern "C" __global__ void p_chase(const int* nxt, int steps, int* out) {
     for (int s = 0; s < steps; s++) i = __ldcg(nxt + i);
     out[0] = i;
 }
+
+// Dependency chain of bounded-staleness SGD: one block per SM (all co-resident) runs `steps` steps;
+// a step reads the H cached hot parameters (the sum of their nsh shards) from L2, adds its gradient
+// into its shard (block id % nsh; coalesced REDs), publishes (a barrier, then one release-add to an
+// arrival counter by thread 0, cumulative over the block's writes) and waits (acquire loads) until
+// every block has published step s - lag (lag 0: a grid barrier per step; lag 1: a step may overlap
+// the previous exchange). No edges: this is the least a step costs when the next window of samples
+// must see this window's updates. H = 0: the grid barrier alone. `counter` must be zero at launch.
+extern "C" __global__ void p_chain(int steps, int lag, float* hot, int H, int nsh, unsigned int* counter) {
+    float a = 0.f;
+    float* mine = hot + (size_t)(blockIdx.x % nsh) * H;
+    for (int s = 0; s < steps; s++) {
+        for (int i = threadIdx.x; i < H; i += blockDim.x)
+            for (int r = 0; r < nsh; r++) a += __ldcg(hot + (size_t)r * H + i);
+        __syncthreads();
+        for (int i = threadIdx.x; i < H; i += blockDim.x) atomicAdd(mine + i, 1e-30f * a);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(counter) : "memory");
+            if (s + 1 - lag > 0) {
+                const unsigned int need = (unsigned int)(s + 1 - lag) * gridDim.x;
+                unsigned int seen;
+                do {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+                } while (seen < need);
+            }
+        }
+        __syncthreads();
+    }
+    if (a == 12345.f) hot[0] = a;
+}

@@ -540,3 +540,23 @@ def test_suite_and_sanitize_configs_compose(compose):
         cfg = compose([f"experiment={exp}"])
         validate(cfg)
         assert cfg.model.name.startswith("wide_") and cfg.model.batch_size == 1024
+
+
+def test_probe_window_pairs_counts_each_window_feature_once():
+    """The design-independent bound of scripts/wide_probe.py counts one read + one update per
+    distinct (window of W rows, feature >= hot) pair: checked against a plain Python count."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("wide_probe", Path(__file__).resolve().parents[1]
+                                                  / "scripts" / "wide_probe.py")
+    wp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wp)
+    rng = np.random.default_rng(5)
+    X = sp.random(23, 40, density=0.3, format="csr", random_state=rng)
+    X.data[:] = 1.0
+    for window, hot in ((1, 0), (4, 3), (5, 10), (23, 0), (100, 39)):
+        got = wp.window_pairs(X, window, hot)
+        want = []
+        for w0 in range(0, X.shape[0], window):
+            feats = set(X[w0:w0 + window].indices.tolist())
+            want += sorted(f for f in feats if f >= hot)
+        assert got.tolist() == want, (window, hot)

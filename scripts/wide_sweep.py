@@ -30,21 +30,25 @@ COMMON = ["epochs=3", "batch_size=1024", "model.early_stop=false", "progress=fal
           "model.baselines=[stage]", "tracking=off"]
 
 
-def warp(s, sh, hot=0, hc=0, wpb=0, inflight=0, prefetch=0, spread=False):
+def warp(s, sh, hot=0, hc=0, wpb=0, inflight=32, prefetch=0, spread=False):
     """Knobs of a design=warp setting: samples per warp, shards (of the ``hot`` most frequent rows),
-    hot-row cache, warps per block, chunks in flight, prefetch (0: the config's default), spread rows."""
-    knobs = ["model.design=warp", f"model.warp_samples={s}", f"model.shards={sh}", f"model.spread={str(spread).lower()}"]
-    for key, val in (("shard_hot", hot), ("hot_cache", hc), ("warps_per_block", wpb), ("inflight", inflight),
-                     ("prefetch", prefetch)):
+    hot-row cache, warps per block, chunks in flight (32: one mini-batch of 1024), prefetch (0: the
+    config's default), spread rows. Every knob the setting names is passed, so a change of the
+    config's defaults does not change what a setting measures."""
+    knobs = ["model.design=warp", f"model.warp_samples={s}", f"model.shards={sh}", f"model.spread={str(spread).lower()}",
+             f"model.hot_cache={hc}", f"model.inflight={inflight}"]
+    for key, val in (("shard_hot", hot), ("warps_per_block", wpb), ("prefetch", prefetch)):
         if val:
             knobs.append(f"model.{key}={val}")
     return knobs
 
 
-# (name, model overrides, knobs); every setting keeps at most one mini-batch (1024 samples) in flight
-# unless its name says otherwise (2batches: model.inflight=64 chunks of 32)
+# (name, model overrides, knobs); every setting keeps one mini-batch (1024 samples) in flight unless
+# its name says otherwise (2batches: model.inflight=64 chunks of 32; the config's default since session 5)
 SETTINGS = [
-    ("lr-chunk", LR, ["model.design=chunk"]),
+    ("lr-default", LR, []),                      # the config's defaults
+    ("fm-default", FM, []),
+    ("lr-chunk", LR, ["model.design=chunk", "model.inflight=32"]),
     ("lr-warp-s1-sh8-h256", LR, warp(s=1, sh=8, hot=256)),
     ("lr-warp-s1-sh1", LR, warp(s=1, sh=1)),
     ("lr-warp-s1-sh16-h1024", LR, warp(s=1, sh=16, hot=1024)),
@@ -78,7 +82,7 @@ SETTINGS = [
     ("lr-warp-s4-sh1-hc256-wpb8-spread-4batches", LR, warp(s=4, sh=1, hc=256, wpb=8, inflight=128, spread=True)),
     ("lr-warp-s4-sh8-h256-hc256-wpb8-spread-4batches", LR,
      warp(s=4, sh=8, hot=256, hc=256, wpb=8, inflight=128, spread=True)),
-    ("fm-chunk", FM, ["model.design=chunk"]),
+    ("fm-chunk", FM, ["model.design=chunk", "model.inflight=32"]),
     ("fm-warp-s1-sh4-h32", FM, warp(s=1, sh=4, hot=32)),
     ("fm-warp-s1-sh1", FM, warp(s=1, sh=1)),
     ("fm-warp-s1-sh8-h16", FM, warp(s=1, sh=8, hot=16)),

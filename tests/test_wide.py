@@ -226,24 +226,24 @@ def _geo_data(chunk=32, n=4000, d=3000, seed=0):
 
 @pytest.mark.parametrize("k,ws", [(0, 1), (0, 4), (10, 1), (10, 2), (3, 8)])
 def test_warp_geometry(k, ws):
-    """design=warp keeps the in-flight bound of design=chunk: model.inflight chunks (default one
-    mini-batch) x chunk samples, now as warps x samples per warp, spread over every SM."""
+    """design=warp keeps the in-flight bound of design=chunk: model.inflight chunks (default two
+    mini-batches) x chunk samples, now as warps x samples per warp, spread over every SM."""
     from omegaconf import OmegaConf
     from pipeline.models.wide.gpu import packed_width, warp_geometry
     data = _geo_data()
     mc = OmegaConf.create(dict(k=k, warp_samples=ws, edges_per_lane=0, batch_size=1024, inflight=0,
                                warps_per_block=0, shards=8, shard_hot=64, prefetch=0))
     g = warp_geometry(mc, data, 132)
-    assert g["nw"] * g["WS"] == 1024 and g["WG"] * ws == 32
+    assert g["nw"] * g["WS"] == 2048 and g["WG"] * ws == 32
     assert -(-g["nw"] // g["wpb"]) >= 132 or g["wpb"] == 1          # a block on every SM
     lens = np.diff(data.Xtr.indptr)
     assert g["WEPL"] * g["WG"] >= min(np.percentile(lens, 99), g["WG"] * (16 if k == 0 else 96 // g["kp"]))
     assert g["kp"] == packed_width(k) and g["kp"] % (4 if k else 1) == 0 and g["kp"] >= 1 + k
     assert (g["NSH"], g["HSH"]) == (8, 64)
     assert g["WPF"] == (2 if g["kp"] * g["WEPL"] <= 48 else 1)
-    mc.inflight, mc.shard_hot = 64, 0                      # two mini-batches; no sharded rows: no shards
+    mc.inflight, mc.shard_hot = 32, 0                      # one mini-batch; no sharded rows: no shards
     g = warp_geometry(mc, data, 132)
-    assert g["nw"] * g["WS"] == 2048 and (g["NSH"], g["HSH"]) == (1, 0)
+    assert g["nw"] * g["WS"] == 1024 and (g["NSH"], g["HSH"]) == (1, 0)
 
 
 NVCC = __import__("shutil").which("nvcc")

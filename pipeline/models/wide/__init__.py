@@ -11,7 +11,7 @@ GPU_SUITE = [
      "model.baselines=[stage]", "model.early_stop=false"],
     ["model=wide_lr", "dataset=ctr_synth", "dataset.scale=0.2", "epochs=3", "batch_size=1024",
      "model.baselines=[]", "model.device_budget_mb=200", "model.early_stop=false"],
-    # the authors' block-per-chunk design at the same staleness (one mini-batch in flight)
+    # the authors' block-per-chunk design at the same staleness (two mini-batches in flight)
     ["model=wide_lr", "dataset=ctr_synth", "dataset.scale=0.2", "epochs=3", "batch_size=1024",
      "model.design=chunk", "model.baselines=[stage]", "model.early_stop=false"],
     ["model=wide_fm", "dataset=ctr_synth", "dataset.scale=0.1", "epochs=3", "batch_size=1024",

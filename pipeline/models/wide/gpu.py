@@ -72,10 +72,7 @@ class FlowTrainer(_Base):
         self.smem = 4 * (nq * data.chunk * int(mc.replicas) + data.chunk + data.chunk * self.k
                          + defs["H"] * (1 + self.k) + 2)
         sm = ctx.device.sm_count if ctx.device else 132
-        # in-flight chunks: update=chunk reads parameters up to that many chunk-steps stale. Default one
-        # mini-batch (no chunk sees parameters older than one batch); generated criteo-s-like data
-        # diverges at lr 0.5 beyond about two batches in flight (model.inflight raises it)
-        self.max_grid = max(1, min(int(mc.blocks_per_sm) * sm, int(mc.inflight) or self.batch_chunks))
+        self.max_grid = max(1, min(int(mc.blocks_per_sm) * sm, inflight_chunks(mc, self.batch_chunks)))
         self.threads = int(mc.threads)
         self.update = str(mc["update"])
         self.out_of_core = data.edge_bytes > budget_bytes
@@ -217,6 +214,15 @@ def hot_cache_bytes(hc: int, k: int) -> int:
     return 8 * int(hc) * packed_width(int(k))
 
 
+def inflight_chunks(mc, batch_chunks: int) -> int:
+    """Chunks in flight with update=chunk (a chunk reads parameters up to that many chunk-steps
+    stale): ``model.inflight``, or by default two mini-batches, about the authors' kernel (56 blocks
+    x 32-sample chunks = 1792 samples). Generated criteo-s-like data at lr 0.5 keeps the validation
+    loss of strict mini-batches at two (measured, docs/models/wide.md), loses some at four and
+    diverges at eight."""
+    return int(mc.inflight) or 2 * batch_chunks
+
+
 def csr_bytes(data: WideData) -> int:
     """Device bytes of the training CSR the warp design reads (indptr, indices, data, labels)."""
     return int(8 * (data.n + 1) + 8 * data.Xtr.nnz + 4 * data.n)
@@ -224,7 +230,7 @@ def csr_bytes(data: WideData) -> int:
 
 def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     """Samples per warp step, lanes per sample, edges per lane in registers, warps in flight (update=chunk:
-    ``model.inflight`` chunks, default one mini-batch, of samples), warps per block, shards."""
+    ``model.inflight`` chunks, default two mini-batches, of samples), warps per block, shards."""
     ws = int(mc.warp_samples)
     wg = 32 // ws
     k = int(mc.k)
@@ -236,7 +242,7 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
         cap = 16 if k == 0 else max(1, 96 // kp)          # FM: the rows of the lane's edges stay in registers
         epl = int(min(cap, max(1, -(-int(np.ceil(q)) // wg))))
     batch_chunks = max(1, int(mc.batch_size) // data.chunk)
-    samples = (int(mc.inflight) or batch_chunks) * data.chunk
+    samples = inflight_chunks(mc, batch_chunks) * data.chunk
     nw = max(1, min(-(-samples // ws), 32 * sm))
     hc = min(int(mc.get("hot_cache", 0)), data.d) // 4 * 4
     wpb = int(mc.warps_per_block)
@@ -253,7 +259,8 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
 class FlowWarpTrainer(_Base):
     """model.design=warp: flow with a warp per ``warp_samples`` sample(s) instead of a block per chunk
     (``cuda/wide/wide.cu:flow_warp``): the same in-flight bound (``model.inflight`` chunks x chunk
-    samples, one mini-batch by default) spread over every SM, no shared memory, no block barriers,
+    samples, two mini-batches by default) spread over every SM, shared memory and block barriers only
+    for the hot-row cache (``model.hot_cache``),
     the data of the next steps prefetched, packed parameter rows (vector loads and REDs), sharded
     hot rows. update=chunk: one launch per epoch; update=batch: per mini-batch one launch into
     gradient buffers and a commit launch. Parameters live in ``P`` (d x kp), ``Psh`` (shards 1.. of

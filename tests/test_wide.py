@@ -226,12 +226,12 @@ def _geo_data(chunk=32, n=4000, d=3000, seed=0):
 
 @pytest.mark.parametrize("k,ws", [(0, 1), (0, 4), (10, 1), (10, 2), (3, 8)])
 def test_warp_geometry(k, ws):
-    """design=warp keeps the in-flight bound of design=chunk: model.inflight chunks (default two
-    mini-batches) x chunk samples, now as warps x samples per warp, spread over every SM."""
+    """design=warp keeps the in-flight bound of design=chunk: model.inflight chunks (default
+    model.inflight_batches mini-batches) x chunk samples, now as warps x samples per warp, spread over every SM."""
     from omegaconf import OmegaConf
     from pipeline.models.wide.gpu import packed_width, warp_geometry
     data = _geo_data()
-    mc = OmegaConf.create(dict(k=k, warp_samples=ws, edges_per_lane=0, batch_size=1024, inflight=0,
+    mc = OmegaConf.create(dict(k=k, warp_samples=ws, edges_per_lane=0, batch_size=1024, inflight=0, inflight_batches=2,
                                warps_per_block=0, shards=8, shard_hot=64, prefetch=0))
     g = warp_geometry(mc, data, 132)
     assert g["nw"] * g["WS"] == 2048 and g["WG"] * ws == 32

@@ -21,7 +21,8 @@ class WideConf(ModelConf):
     replicas: int = 4            # copies of each per-sample accumulator (bank conflicts)
     threads: int = 256           # threads per block of the flow kernel
     blocks_per_sm: int = 4       # persistent blocks per SM (cap)
-    inflight: int = 0            # flow, update=chunk: chunks in flight (0: two mini-batches, 2 batch_size // chunk)
+    inflight: int = 0            # flow, update=chunk: chunks in flight (0: inflight_batches mini-batches)
+    inflight_batches: int = 1    # flow, update=chunk: mini-batches in flight when inflight = 0
     update: str = "chunk"        # flow: chunk (async per chunk, authors' code) | batch (paper's text)
     design: str = "chunk"        # flow kernel: chunk (a block per chunk, as the authors) | warp (a warp per sample(s))
     warp_samples: int = 1        # design=warp: samples a warp trains per step (32 / this = lanes per sample)
@@ -70,7 +71,8 @@ def _check(cfg) -> None:
     require(is_pow2(m.threads) and 64 <= m.threads <= 1024, "model.threads", m.threads, "a power of two in 64..1024")
     require(m.threads >= m.chunk, "model.threads", m.threads, f">= model.chunk ({m.chunk})")
     require(1 <= m.blocks_per_sm <= 32, "model.blocks_per_sm", m.blocks_per_sm, "1..32")
-    require(m.inflight >= 0, "model.inflight", m.inflight, "0 (two mini-batches) or a positive number of chunks")
+    require(m.inflight >= 0, "model.inflight", m.inflight, "0 (model.inflight_batches) or a positive number of chunks")
+    require(m.inflight_batches >= 1, "model.inflight_batches", m.inflight_batches, "a positive number of mini-batches")
     require(m["update"] in UPDATES, "model.update", m["update"], " or ".join(UPDATES))
     require(m.design in DESIGNS, "model.design", m.design, " or ".join(DESIGNS))
     require(is_pow2(m.warp_samples) and m.warp_samples <= 32, "model.warp_samples", m.warp_samples,

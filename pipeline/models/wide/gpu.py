@@ -216,11 +216,11 @@ def hot_cache_bytes(hc: int, k: int) -> int:
 
 def inflight_chunks(mc, batch_chunks: int) -> int:
     """Chunks in flight with update=chunk (a chunk reads parameters up to that many chunk-steps
-    stale): ``model.inflight``, or by default two mini-batches, about the authors' kernel (56 blocks
-    x 32-sample chunks = 1792 samples). Generated criteo-s-like data at lr 0.5 keeps the validation
-    loss of strict mini-batches at two (measured, docs/models/wide.md), loses some at four and
-    diverges at eight."""
-    return int(mc.inflight) or 2 * batch_chunks
+    stale): ``model.inflight``, or ``model.inflight_batches`` mini-batches (LR: 2, about the authors'
+    kernel, 56 blocks x 32-sample chunks = 1792 samples; FM: 1). Generated criteo-s-like data at lr 0.5
+    keeps LR's validation loss of strict mini-batches at two (measured, docs/models/wide.md), loses
+    some at four and diverges at eight; FM k=10 ended 0.0036 above cpu at two."""
+    return int(mc.inflight) or int(mc.get("inflight_batches", 1)) * batch_chunks
 
 
 def csr_bytes(data: WideData) -> int:
@@ -230,7 +230,7 @@ def csr_bytes(data: WideData) -> int:
 
 def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     """Samples per warp step, lanes per sample, edges per lane in registers, warps in flight (update=chunk:
-    ``model.inflight`` chunks, default two mini-batches, of samples), warps per block, shards."""
+    ``model.inflight`` chunks, default ``model.inflight_batches`` mini-batches, of samples), warps per block, shards."""
     ws = int(mc.warp_samples)
     wg = 32 // ws
     k = int(mc.k)
@@ -259,7 +259,7 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
 class FlowWarpTrainer(_Base):
     """model.design=warp: flow with a warp per ``warp_samples`` sample(s) instead of a block per chunk
     (``cuda/wide/wide.cu:flow_warp``): the same in-flight bound (``model.inflight`` chunks x chunk
-    samples, two mini-batches by default) spread over every SM, shared memory and block barriers only
+    samples, ``model.inflight_batches`` mini-batches by default) spread over every SM, shared memory and block barriers only
     for the hot-row cache (``model.hot_cache``),
     the data of the next steps prefetched, packed parameter rows (vector loads and REDs), sharded
     hot rows. update=chunk: one launch per epoch; update=batch: per mini-batch one launch into

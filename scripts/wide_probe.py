@@ -6,7 +6,10 @@ Each probe makes one pass over the training edges: stream them only (the one-pas
 parameter per edge, one atomic per edge (plain, or with the hot rows sharded as the warp design
 does), and per run of equal features in feature-major tiles of T rows (what aggregating a tile's
 updates before the atomics buys). No training happens; the numbers bound what an epoch can cost.
-Usage (on a GPU): ``python3 scripts/wide_probe.py [--scale 0.2] [--tiles 32 256 1024 8192]``.
+It also gives the least an epoch can cost at W samples in flight whatever the design
+(``staleness_bound``: distinct window-feature pairs and the grid-step exchange chain).
+Usage (on a GPU): ``python3 scripts/wide_probe.py [--scale 0.2] [--tiles 32 256 1024 8192]
+[--windows 1024 2048 4096] [--hot 64 256] [--skip-edges | --chain-only]``.
 """
 import argparse
 import sys
@@ -15,7 +18,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 
 def tiles_feature_major(X, rows_per_tile: int):
@@ -49,6 +53,7 @@ def main():
     from pipeline.data.ctr_synth import SHAPES, generate
     from pipeline.gpu import device, kernels
     from pipeline.timing import time_cuda
+    from pipeline.models.wide.gpu import spread_rows
     from pipeline.models.wide.prep import apply_ids, renumber
     info = device.init(0)
     bench = SimpleNamespace(warmup=1, min_repeats=a.reps, max_repeats=a.reps, min_time_ms=0.0)
@@ -64,12 +69,14 @@ def main():
         return
     if not a.copy_gbps:
         from pipeline.gpu import peaks
-        a.copy_gbps = peaks.measure().copy_gbps
+        a.copy_gbps = peaks.get(str(ROOT / "outputs" / "cache")).copy_gbps     # the pipeline's cached peaks
     rows0, feats, nnz = SHAPES["criteo_s"]
     X, _ = generate(int(round(rows0 * a.scale)), feats, nnz, 0)
     new, freq = renumber(X)
     X = apply_ids(X, new)
     E = X.nnz
+    perm = spread_rows(feats, 256)          # the trainer's spread rows (renumbering packs similar
+                                            # frequencies into the same 128-byte lines)
     w = cp.zeros(feats, cp.float32)
     out = cp.zeros(1, cp.float32)
     sm = info.sm_count
@@ -106,10 +113,6 @@ def main():
         add("cold edges only: gather + RED", lambda: k("p_gather_red", "PPqPPii")(grid, block, cf_dev, cx_dev, nc, w,
                                                                                 wsh, np.int32(0), np.int32(1)),
             int(cold.sum()))
-        # ids past the hottest 256 spread over lines by a random permutation (renumbering by frequency
-        # packs features of similar frequency into the same 128-byte lines)
-        perm = np.arange(feats, dtype=np.int32)
-        perm[256:] = 256 + np.random.default_rng(3).permutation(feats - 256).astype(np.int32)
         sf = cp.asarray(perm[rows_f])
         add("ids >= 256 spread over lines: gather + RED, 256 x 8 shards",
             lambda: k("p_gather_red", "PPqPPii")(grid, block, sf, x_dev, e4, w, wsh, np.int32(256), np.int32(8)))
@@ -153,7 +156,7 @@ def main():
     for name, med, iqr, lo, rate in results:
         print(f"| {name} | {med:.3f} | {iqr:.3f} | {lo:.3f} | {rate:.0f} |")
     print(f"dependent L2 load (pointer chase over a 4 MB array, one thread): {chase_us * 1e3:.0f} ns per hop")
-    staleness_bound(a, k, X, feats, info, timed, results[0][1])
+    staleness_bound(a, k, X, perm, info, timed, results[0][1])
 
 
 def window_pairs(X, window: int, hot: int):
@@ -181,7 +184,7 @@ def chain_steps(k, sm, hots, timed, steps=4000):
     return out
 
 
-def staleness_bound(a, k, X, feats, info, timed, stream_ms):
+def staleness_bound(a, k, X, perm, info, timed, stream_ms):
     """The least an epoch can cost with at most W samples in flight, whatever the kernel design.
 
     With at most W samples in flight, a sample's forward must read every parameter after the
@@ -197,9 +200,7 @@ def staleness_bound(a, k, X, feats, info, timed, stream_ms):
     import cupy as cp
     n, E = X.shape[0], X.nnz
     sm = info.sm_count
-    perm = np.arange(feats, dtype=np.int32)
-    perm[256:] = 256 + np.random.default_rng(3).permutation(feats - 256).astype(np.int32)
-    w = cp.zeros(feats, cp.float32)
+    w = cp.zeros(X.shape[1], cp.float32)
     wsh = cp.zeros(1, cp.float32)
     step_us = chain_steps(k, sm, [0] + list(a.hot), timed)
     floor3 = 3 * E * 12 / (a.copy_gbps * 1e9) * 1e3 if a.copy_gbps else None

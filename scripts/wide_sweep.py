@@ -30,71 +30,66 @@ COMMON = ["epochs=3", "batch_size=1024", "model.early_stop=false", "progress=fal
           "model.baselines=[stage]", "tracking=off"]
 
 
-def warp(s, sh, hot=0, hc=0, wpb=0, inflight=32, prefetch=0, spread=False):
-    """Knobs of a design=warp setting: samples per warp, shards (of the ``hot`` most frequent rows),
-    hot-row cache, warps per block, chunks in flight (32: one mini-batch of 1024), prefetch (0: the
-    config's default), spread rows. Every knob the setting names is passed, so a change of the
-    config's defaults does not change what a setting measures."""
+def _in_flight(inflight: int) -> str:
+    """Name suffix of chunks (of 32) in flight: none for one mini-batch of 1024."""
+    return {16: "-halfbatch", 32: ""}.get(inflight, f"-{inflight // 32}batches")
+
+
+def warp(model, s, sh, hot=0, hc=0, wpb=0, inflight=32, prefetch=0, spread=False):
+    """A design=warp setting (name, model overrides, knobs): samples per warp, shards (of the ``hot``
+    most frequent rows), hot-row cache, warps per block, chunks in flight (32: one mini-batch of
+    1024), prefetch (0: the config's default), spread rows. Every knob is passed, so a change of the
+    config's defaults does not change what a setting measures; the name is made from the knobs."""
     knobs = ["model.design=warp", f"model.warp_samples={s}", f"model.shards={sh}", f"model.spread={str(spread).lower()}",
              f"model.hot_cache={hc}", f"model.inflight={inflight}"]
-    for key, val in (("shard_hot", hot), ("warps_per_block", wpb), ("prefetch", prefetch)):
+    name = f"{model[0]}-warp-s{s}-sh{sh}"
+    for key, tag, val in (("shard_hot", "h", hot), (None, "hc", hc), ("warps_per_block", "wpb", wpb),
+                          ("prefetch", "pf", prefetch)):
         if val:
-            knobs.append(f"model.{key}={val}")
-    return knobs
+            name += f"-{tag}{val}"
+            if key:
+                knobs.append(f"model.{key}={val}")
+    name += ("-spread" if spread else "") + _in_flight(inflight)
+    return name, model[1], knobs
 
 
-# (name, model overrides, knobs); every setting keeps one mini-batch (1024 samples) in flight unless
-# its name says otherwise (2batches: model.inflight=64 chunks of 32; the config's default since session 5)
+def chunk(model, inflight=32):
+    """The authors' block-per-chunk design."""
+    return f"{model[0]}-chunk" + _in_flight(inflight), model[1], ["model.design=chunk", f"model.inflight={inflight}"]
+
+
+def default(model):
+    """The config's defaults."""
+    return f"{model[0]}-default", model[1], []
+
+
+LRM, FMM = ("lr", LR), ("fm", FM)
+# every setting keeps one mini-batch (1024 samples) in flight unless its name says otherwise
+# (2batches: model.inflight=64 chunks of 32, LR's default since session 5)
 SETTINGS = [
-    ("lr-default", LR, []),                      # the config's defaults
-    ("fm-default", FM, []),
-    ("lr-chunk", LR, ["model.design=chunk", "model.inflight=32"]),
-    ("lr-warp-s1-sh8-h256", LR, warp(s=1, sh=8, hot=256)),
-    ("lr-warp-s1-sh1", LR, warp(s=1, sh=1)),
-    ("lr-warp-s1-sh16-h1024", LR, warp(s=1, sh=16, hot=1024)),
-    ("lr-warp-s2-sh8-h256", LR, warp(s=2, sh=8, hot=256)),
-    ("lr-warp-s4-sh8-h256", LR, warp(s=4, sh=8, hot=256)),
-    ("lr-warp-s1-sh8-pf1", LR, warp(s=1, sh=8, hot=256, prefetch=1)),
-    ("lr-warp-s1-sh8-halfbatch", LR, warp(s=1, sh=8, hot=256, inflight=16)),
-    ("lr-warp-s4-sh8-h256-hc256", LR, warp(s=4, sh=8, hot=256, hc=256)),
-    ("lr-warp-s4-sh1-hc256", LR, warp(s=4, sh=1, hc=256)),
-    ("lr-warp-s4-sh8-h1024-hc1024", LR, warp(s=4, sh=8, hot=1024, hc=1024)),
-    ("lr-warp-s4-sh8-h256-hc256-wpb4", LR, warp(s=4, sh=8, hot=256, hc=256, wpb=4)),
-    ("lr-warp-s8-sh8-h256-hc256", LR, warp(s=8, sh=8, hot=256, hc=256)),
-    ("lr-warp-s4-sh8-h256-hc256-8batches", LR, warp(s=4, sh=8, hot=256, hc=256, inflight=256)),
-    ("lr-warp-s4-sh8-h256-8batches", LR, warp(s=4, sh=8, hot=256, inflight=256)),
-    ("lr-warp-s4-sh8-h256-spread", LR, warp(s=4, sh=8, hot=256, spread=True)),
-    ("lr-warp-s4-sh8-h256-hc256-spread", LR, warp(s=4, sh=8, hot=256, hc=256, spread=True)),
-    ("lr-warp-s4-sh8-h256-hc256-wpb4-spread", LR, warp(s=4, sh=8, hot=256, hc=256, wpb=4, spread=True)),
-    ("lr-warp-s4-sh1-hc256-spread", LR, warp(s=4, sh=1, hc=256, spread=True)),
-    ("lr-warp-s4-sh8-h64-spread", LR, warp(s=4, sh=8, hot=64, spread=True)),
-    ("lr-warp-s2-sh8-h256-spread", LR, warp(s=2, sh=8, hot=256, spread=True)),
-    ("lr-warp-s4-sh8-h256-spread-2batches", LR, warp(s=4, sh=8, hot=256, inflight=64, spread=True)),
-    ("lr-warp-s4-sh8-h256-hc256-wpb4-spread-2batches", LR,
-     warp(s=4, sh=8, hot=256, hc=256, wpb=4, inflight=64, spread=True)),
-    ("lr-warp-s4-sh8-h256-hc256-wpb8-spread-2batches", LR,
-     warp(s=4, sh=8, hot=256, hc=256, wpb=8, inflight=64, spread=True)),
-    ("lr-warp-s4-sh8-h1024-hc1024-wpb4-spread-2batches", LR,
-     warp(s=4, sh=8, hot=1024, hc=1024, wpb=4, inflight=64, spread=True)),
+    default(LRM), default(FMM), chunk(LRM),
+    warp(LRM, 1, 8, hot=256), warp(LRM, 1, 1), warp(LRM, 1, 16, hot=1024), warp(LRM, 2, 8, hot=256),
+    warp(LRM, 4, 8, hot=256), warp(LRM, 1, 8, hot=256, prefetch=1), warp(LRM, 1, 8, hot=256, inflight=16),
+    warp(LRM, 4, 8, hot=256, hc=256), warp(LRM, 4, 1, hc=256), warp(LRM, 4, 8, hot=1024, hc=1024),
+    warp(LRM, 4, 8, hot=256, hc=256, wpb=4), warp(LRM, 8, 8, hot=256, hc=256),
+    warp(LRM, 4, 8, hot=256, hc=256, inflight=256), warp(LRM, 4, 8, hot=256, inflight=256),
+    warp(LRM, 4, 8, hot=256, spread=True), warp(LRM, 4, 8, hot=256, hc=256, spread=True),
+    warp(LRM, 4, 8, hot=256, hc=256, wpb=4, spread=True), warp(LRM, 4, 1, hc=256, spread=True),
+    warp(LRM, 4, 8, hot=64, spread=True), warp(LRM, 2, 8, hot=256, spread=True),
+    warp(LRM, 4, 8, hot=256, inflight=64, spread=True),
+    warp(LRM, 4, 8, hot=256, hc=256, wpb=4, inflight=64, spread=True),
+    warp(LRM, 4, 8, hot=256, hc=256, wpb=8, inflight=64, spread=True),
+    warp(LRM, 4, 8, hot=1024, hc=1024, wpb=4, inflight=64, spread=True),
     # the hot rows cached and not sharded: a block reloads HC rows a step instead of HC x shards
-    ("lr-warp-s4-sh1-hc256-wpb4-spread-2batches", LR, warp(s=4, sh=1, hc=256, wpb=4, inflight=64, spread=True)),
-    ("lr-warp-s4-sh1-hc1024-wpb4-spread-2batches", LR, warp(s=4, sh=1, hc=1024, wpb=4, inflight=64, spread=True)),
-    ("lr-warp-s4-sh1-hc256-wpb8-spread-4batches", LR, warp(s=4, sh=1, hc=256, wpb=8, inflight=128, spread=True)),
-    ("lr-warp-s4-sh8-h256-hc256-wpb8-spread-4batches", LR,
-     warp(s=4, sh=8, hot=256, hc=256, wpb=8, inflight=128, spread=True)),
-    ("fm-chunk", FM, ["model.design=chunk", "model.inflight=32"]),
-    ("fm-warp-s1-sh4-h32", FM, warp(s=1, sh=4, hot=32)),
-    ("fm-warp-s1-sh1", FM, warp(s=1, sh=1)),
-    ("fm-warp-s1-sh8-h16", FM, warp(s=1, sh=8, hot=16)),
-    ("fm-warp-s2-sh4-h32", FM, warp(s=2, sh=4, hot=32)),
-    ("fm-warp-s4-sh4-h32", FM, warp(s=4, sh=4, hot=32)),
-    ("fm-warp-s4-sh4-h32-hc32", FM, warp(s=4, sh=4, hot=32, hc=32)),
-    ("fm-warp-s4-sh4-h32-spread", FM, warp(s=4, sh=4, hot=32, spread=True)),
-    ("fm-warp-s4-sh4-h32-hc32-spread", FM, warp(s=4, sh=4, hot=32, hc=32, spread=True)),
-    ("fm-warp-s2-sh4-h32-spread", FM, warp(s=2, sh=4, hot=32, spread=True)),
-    ("fm-warp-s4-sh4-h32-hc32-wpb4-spread-2batches", FM, warp(s=4, sh=4, hot=32, hc=32, wpb=4, inflight=64, spread=True)),
-    ("fm-warp-s4-sh4-h32-spread-2batches", FM, warp(s=4, sh=4, hot=32, inflight=64, spread=True)),
-    ("fm-warp-s4-sh4-h128-hc128", FM, warp(s=4, sh=4, hot=128, hc=128)),
+    warp(LRM, 4, 1, hc=256, wpb=4, inflight=64, spread=True), warp(LRM, 4, 1, hc=1024, wpb=4, inflight=64, spread=True),
+    warp(LRM, 4, 1, hc=256, wpb=8, inflight=128, spread=True),
+    warp(LRM, 4, 8, hot=256, hc=256, wpb=8, inflight=128, spread=True),
+    chunk(FMM),
+    warp(FMM, 1, 4, hot=32), warp(FMM, 1, 1), warp(FMM, 1, 8, hot=16), warp(FMM, 2, 4, hot=32),
+    warp(FMM, 4, 4, hot=32), warp(FMM, 4, 4, hot=32, hc=32), warp(FMM, 4, 4, hot=32, spread=True),
+    warp(FMM, 4, 4, hot=32, hc=32, spread=True), warp(FMM, 2, 4, hot=32, spread=True),
+    warp(FMM, 4, 4, hot=32, hc=32, wpb=4, inflight=64, spread=True), warp(FMM, 4, 4, hot=32, inflight=64, spread=True),
+    warp(FMM, 4, 4, hot=128, hc=128),
 ]
 QUICK = ("lr-chunk", "lr-warp-s1-sh8-h256", "fm-chunk", "fm-warp-s1-sh4-h32")
 

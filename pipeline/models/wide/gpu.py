@@ -223,6 +223,14 @@ def inflight_chunks(mc, batch_chunks: int) -> int:
     return int(mc.inflight) or int(mc.get("inflight_batches", 1)) * batch_chunks
 
 
+def spread_rows(d: int, keep: int) -> np.ndarray:
+    """Parameter row of each of d features: features < keep (hot: cached or sharded) in place, the
+    rest in a seeded random order over rows keep..d-1 (model.spread)."""
+    row = np.arange(d, dtype=np.int32)
+    row[keep:] = keep + np.random.default_rng(12345).permutation(d - keep).astype(np.int32)
+    return row
+
+
 def csr_bytes(data: WideData) -> int:
     """Device bytes of the training CSR the warp design reads (indptr, indices, data, labels)."""
     return int(8 * (data.n + 1) + 8 * data.Xtr.nnz + 4 * data.n)
@@ -303,8 +311,7 @@ class FlowWarpTrainer(_Base):
         self.keep = max(geo["HC"], geo["HSH"])
         self.row = None
         if mc.get("spread", False) and d - self.keep > 1:
-            self.row = np.arange(d, dtype=np.int32)
-            self.row[self.keep:] = self.keep + np.random.default_rng(12345).permutation(d - self.keep).astype(np.int32)
+            self.row = spread_rows(d, self.keep)
         idx = X.indices.astype(np.int32) if self.row is None else self.row[X.indices]
         self.dev = upload_all({"indptr": X.indptr.astype(np.int64), "indices": idx,
                                "data": X.data.astype(np.float32), "y": data.ytr})

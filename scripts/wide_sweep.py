@@ -10,7 +10,8 @@ Each setting is one CLI run (``python -m pipeline model=wide_lr dataset=ctr_synt
 epochs=3 batch_size=1024 model.early_stop=false progress=false backend=cuda model.baselines=[stage]
 tracking=off <knobs>``; FM k=10 at scale 0.1). One line per setting: flow GPU ms per epoch (median of 3),
 x_vs_stage, x_of_floor (flow GPU epoch time over one pass over the training data at the measured copy
-bandwidth), final validation loss of flow and of stage. The full output of each run is kept under
+bandwidth), us_step (that time over the n / in-flight dependent steps of an epoch), final validation
+loss of flow and of stage. The full output of each run is kept under
 ``outputs/wide_sweep/<setting>.log``. The first LR and the first FM run also generate and cache the data.
 """
 from __future__ import annotations
@@ -133,7 +134,8 @@ def run_one(name, model_ov, knobs, log_dir: Path, timeout: int):
     flow, stage = rows.get("flow", {}), rows.get("stage", {})
     design = re.search(r"flow design=warp: (.*)", err)
     return dict(name=name, rc=rc, wall=wall, flow_ms=num(flow.get("gpu_ms")), x_vs_stage=num(flow.get("x_vs_stage")),
-                x_of_floor=num(flow.get("x_of_floor")), val=num(flow.get("val_loss")),
+                x_of_floor=num(flow.get("x_of_floor")), us_step=num(flow.get("us_per_step")),
+                val=num(flow.get("val_loss")),
                 train=num(flow.get("train_loss")), stage_ms=num(stage.get("gpu_ms")),
                 stage_val=num(stage.get("val_loss")), design=design.group(1) if design else "",
                 err=err.strip().splitlines()[-1] if rc != 0 and err.strip() else "")
@@ -154,14 +156,14 @@ def main() -> int:
         return 0
     log_dir = ROOT / "outputs" / "wide_sweep"
     log_dir.mkdir(parents=True, exist_ok=True)
-    head = (f"{'setting':28s} {'flow_ms':>8s} {'x_vs_stage':>10s} {'x_of_floor':>10s} {'val_loss':>8s} "
+    head = (f"{'setting':28s} {'flow_ms':>8s} {'x_vs_stage':>10s} {'x_of_floor':>10s} {'us_step':>7s} {'val_loss':>8s} "
             f"{'train':>7s} {'stage_ms':>8s} {'stage_val':>9s} {'wall_s':>6s}")
     print(head, flush=True)
     t0 = time.perf_counter()
     failed = 0
     for name, mo, kn in todo:
         r = run_one(name, mo, kn + args.extra, log_dir, args.timeout)
-        print(f"{name:28s} {r['flow_ms']:8.3f} {r['x_vs_stage']:10.1f} {r['x_of_floor']:10.1f} {r['val']:8.4f} "
+        print(f"{name:28s} {r['flow_ms']:8.3f} {r['x_vs_stage']:10.1f} {r['x_of_floor']:10.1f} {r['us_step']:7.2f} {r['val']:8.4f} "
               f"{r['train']:7.4f} {r['stage_ms']:8.2f} {r['stage_val']:9.4f} {r['wall']:6.1f}"
               + (f"  [rc={r['rc']}: {r['err']}]" if r["rc"] else ""), flush=True)
         if r["design"]:

@@ -75,6 +75,8 @@ class FlowTrainer(_Base):
         self.max_grid = max(1, min(int(mc.blocks_per_sm) * sm, inflight_chunks(mc, self.batch_chunks)))
         self.threads = int(mc.threads)
         self.update = str(mc["update"])
+        # samples whose updates a forward may not yet see (blocks in flight x chunk, or the mini-batch)
+        self.in_flight = (self.max_grid if self.update == "chunk" else self.per) * data.chunk
         self.out_of_core = data.edge_bytes > budget_bytes
         self.overlap: List[float] = []
         if self.out_of_core:
@@ -301,6 +303,7 @@ class FlowWarpTrainer(_Base):
         self.batch_chunks = max(1, int(mc.batch_size) // data.chunk)
         self.denom = self.batch_chunks * data.chunk
         self.lr = float(mc.lr)
+        self.in_flight = geo["nw"] * geo["WS"] if self.update == "chunk" else self.per * data.chunk
         self.out_of_core = False
         from pipeline.gpu.transfer import upload_all
         X = data.Xtr

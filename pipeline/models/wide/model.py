@@ -176,6 +176,12 @@ class WideModel(Model):
                 r["ok"] = h["dloss"][0] <= float(m.tolerance)
             if floor_ms and v == "flow":
                 r["x_of_floor"] = gmed[v] / floor_ms
+            if v in self.trainers:
+                # the epoch as a chain of dependent steps: a forward must see the updates of every sample
+                # more than in_flight before it, so an epoch is at least n / in_flight steps
+                w = getattr(self.trainers[v], "in_flight", 0) or self.trainers[v].per * data.chunk
+                r["in_flight"] = w
+                r["us_per_step"] = gmed[v] * 1e3 / -(-data.n // w)
             if "overlap" in h:
                 r["overlap"] = float(np.median(h["overlap"]))
             for b in self.baselines:
@@ -183,7 +189,8 @@ class WideModel(Model):
                     r[f"x_vs_{b}"] = gmed[b] / gmed[v] if v != "cpu" and b != "cpu" else med[b] / med[v]
             rows.append(r)
         cols = ["variant", "kind", "updates", "epochs", "early_stop", "train_loss", "val_loss", "val_auc",
-                "dloss_vs_cpu", "ok", "epoch_ms", "gpu_ms", "to_stop_s", "x_of_floor", "overlap"] + \
+                "dloss_vs_cpu", "ok", "epoch_ms", "gpu_ms", "to_stop_s", "x_of_floor", "in_flight", "us_per_step",
+                "overlap"] + \
             [f"x_vs_{b}" for b in self.baselines]
         rep = Report(rows=rows, columns=cols, failures=self.failures,
                      title=f"{m.name} (k={m.k}) on {self.cfg.dataset.name}: {data.n} train / {data.Xva.shape[0]} val "
@@ -200,7 +207,7 @@ class WideModel(Model):
             rep.metrics[f"summary/{v}/time_to_stop_s"] = h["time_s"][-1]
         for r in rows:
             for k, x in r.items():
-                if k.startswith("x_vs_") or k in ("x_of_floor", "overlap"):
+                if k.startswith("x_vs_") or k in ("x_of_floor", "overlap", "in_flight", "us_per_step"):
                     rep.metrics[f"summary/{r['variant']}/{k}"] = float(x)
         if floor_ms:
             rep.metrics["summary/floor_ms"] = floor_ms

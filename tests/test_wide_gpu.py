@@ -63,6 +63,14 @@ def test_one_epoch_fixed_order_equals_reference(compose, tmp_path, model, k, ds,
     print(f"{variant} {model} k={k} {ds}: max |param - reference| = {err:.2e}, loss {loss:.6f} vs {want_loss:.6f}")
     assert err <= 1e-5
     assert abs(loss - want_loss) <= 1e-5
+    # a second epoch in another order (stage replays the graph it captured in the first)
+    order2 = order[::-1].copy()
+    loss2, _ = tr.epoch(order2)
+    want2, want_loss2 = one_epoch_ref(data, want, order2, 256 // data.chunk, float(m.lr))
+    err2 = maxdiff(tr.params(), want2)
+    print(f"  second epoch, reversed order: {err2:.2e}, loss {loss2:.6f} vs {want_loss2:.6f}")
+    assert err2 <= 1e-5
+    assert abs(loss2 - want_loss2) <= 1e-5
 
 
 WARP_CASES = [("wide_lr", 0, "a9a"), ("wide_fm", 3, "a9a"), ("wide_lr", 0, "ctr_synth"), ("wide_fm", 10, "ctr_synth")]

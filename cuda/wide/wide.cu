@@ -276,11 +276,16 @@ extern "C" __global__ void stage_grad(const int* __restrict__ order, int n_chunk
     }
 }
 
-// kernel 3 (apply): w += scale * gw over the batch's features (each taken once), buffers reset
+// kernel 3 (apply): w -= lr / (samples in the batch) * gw over the batch's features (each taken once),
+// buffers reset. The batch size is counted here (a chunk past the end of the data has fewer rows) so
+// that the host passes the same arguments for every step (an epoch is replayed as one CUDA graph).
 extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chunks, int n,
                                        const long long* __restrict__ indptr, const int* __restrict__ indices,
                                        float* w, float* v, float* bias, float* gw, float* gv, float* gb,
-                                       float scale) {
+                                       float neg_lr) {
+    int nb = 0;
+    for (int c = 0; c < n_chunks; c++) nb += min(C, n - order[c] * C);
+    const float scale = neg_lr / (float)nb;
     int j;
     const int s = stage_row(order, n_chunks, n, j);
     if (blockIdx.x == 0 && threadIdx.x == 0) {

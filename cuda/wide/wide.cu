@@ -412,23 +412,34 @@ __device__ __forceinline__ void red_w(float* T, float* Tsh, int f, int rs, float
 }
 
 // Step boundary of the hot-row cache (between two barriers): GH -> the model (this block's shard
-// rsb) by coalesced REDs, GH = 0, PH = the model's hot rows (shards summed).
+// rsb) by coalesced REDs, GH = 0, PH = the model's hot rows (shards summed). A thread's entries are
+// loaded HSU at a time, all loads issued before the first is used: one L2 round trip, not one per entry.
+#define HSU 4
 __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, const float* Psh, int rsb) {
-    for (int i = threadIdx.x; i < HC * KP; i += blockDim.x) {
-        const int f = i / KP;
-        const float g = GH[i];
-        if (g != 0.f) {
-            GH[i] = 0.f;
-            atomicAdd(dst_row(T, Tsh, f, rsb) + i % KP, g);
-        }
-        float a = __ldcg(P + i);
-#if SHARDED
-        if (f < HSH) {
+    for (int i0 = threadIdx.x; i0 < HC * KP; i0 += HSU * blockDim.x) {
+        float a[HSU];
 #pragma unroll
-            for (int r = 0; r < NSH - 1; r++) a += __ldcg(Psh + (size_t)r * HSH * KP + i);
-        }
+        for (int u = 0; u < HSU; u++) {
+            const int i = i0 + u * blockDim.x;
+            if (i < HC * KP) {
+                const int f = i / KP;
+                const float g = GH[i];
+                if (g != 0.f) {
+                    GH[i] = 0.f;
+                    atomicAdd(dst_row(T, Tsh, f, rsb) + i % KP, g);
+                }
+                a[u] = __ldcg(P + i);
+#if SHARDED
+                if (f < HSH) {
+#pragma unroll
+                    for (int r = 0; r < NSH - 1; r++) a[u] += __ldcg(Psh + (size_t)r * HSH * KP + i);
+                }
 #endif
-        PH[i] = a;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < HSU; u++)
+            if (i0 + u * blockDim.x < HC * KP) PH[i0 + u * blockDim.x] = a[u];
     }
 }
 
@@ -513,6 +524,34 @@ __device__ __forceinline__ void red_row(float* T, float* Tsh, int f, int rs, con
 }
 #endif
 
+// The parameter row of an in-register edge: LR a float, FM KP floats.
+#if K == 0
+typedef float ROW;
+#else
+typedef float ROW[KP];
+#endif
+
+// Rows of the lane's in-register edges: hot = false: the uncached ones from L2 (issued before the
+// block's step boundary, so their round trip overlaps the hot-row reload); hot = true: the cached
+// ones from the refreshed shared-memory rows (after it). Rows of padding edges are zero.
+__device__ __forceinline__ void gather_rows(ROW* p, const int* cf, const float* cx, const float* P, const float* Psh,
+                                            bool hot) {
+#pragma unroll
+    for (int i = 0; i < WEPL; i++) {
+        const bool take = cx[i] != 0.f && cached(cf[i]) == hot;
+#if K == 0
+        if (take) p[i] = read_w(P, Psh, cf[i]);
+        else if (!hot) p[i] = 0.f;
+#else
+        if (take) read_row(p[i], P, Psh, cf[i]);
+        else if (!hot) {
+#pragma unroll
+            for (int q = 0; q < KP; q++) p[i][q] = 0.f;
+        }
+#endif
+    }
+}
+
 // Apply of one step: gradient g * (x, x a2_q - v_q x^2) of each edge of the lane's sample, as REDs.
 __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long long c1, long long tail, int rs,
                                            const int* __restrict__ indices, const float* __restrict__ data,
@@ -547,16 +586,14 @@ __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long 
 
 // One training step of the warp: unit with rows r (per group; -1: none), label yy, row edges
 // [c0, c1) of which WEPL per lane are in registers (cf, cx).
-__device__ __forceinline__ void warp_step(const int* cf, const float* cx, long long c0, long long c1, int r, float yy,
-                                          int j, int lane, int rs, const int* __restrict__ indices,
+__device__ __forceinline__ void warp_step(const int* cf, const float* cx, const ROW* p, long long c0, long long c1,
+                                          int r, float yy, int j, int lane, int rs, const int* __restrict__ indices,
                                           const float* __restrict__ data, const float* P, const float* Psh,
                                           const float* bb, float* T, float* Tsh, float* tb, float scale,
                                           double& lsum) {
     const long long tail = c0 + (long long)WG * WEPL + j;
 #if K == 0
-    float pv[WEPL];
-#pragma unroll
-    for (int i = 0; i < WEPL; i++) pv[i] = cx[i] != 0.f ? read_w(P, Psh, cf[i]) : 0.f;
+    const float* pv = p;
     float lin = 0.f;
     for (long long e = tail; e < c1; e += WG) lin += read_w(P, Psh, __ldcs(indices + e)) * __ldcs(data + e);
     for (int s = j; s < NSH; s += WG) lin += __ldcg(bb + s * BST);
@@ -564,15 +601,6 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, long l
     for (int i = 0; i < WEPL; i++) lin += pv[i] * cx[i];
     const float z = grp_sum(lin);
 #else
-    float p[WEPL][KP];
-#pragma unroll
-    for (int i = 0; i < WEPL; i++) {
-        if (cx[i] != 0.f) read_row(p[i], P, Psh, cf[i]);
-        else {
-#pragma unroll
-            for (int q = 0; q < KP; q++) p[i][q] = 0.f;
-        }
-    }
     float lin = 0.f, a3 = 0.f, a2[K];
 #pragma unroll
     for (int q = 0; q < K; q++) a2[q] = 0.f;
@@ -650,17 +678,20 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
     }
     double lsum = 0.0;
     for (int t = 0; t < steps; t++, u += nw) {
+        ROW p[WEPL];
+        gather_rows(p, ef[0], ex[0], P, Psh, false);      // cold rows: in flight during the boundary
 #if CACHED
         __syncthreads();                                   // the block's previous step is done
         hot_sync(T, Tsh, P, Psh, rsb);
         __syncthreads();
+        gather_rows(p, ef[0], ex[0], P, Psh, true);       // hot rows as of this step's start
 #endif
         load_edges(ef[WPF], ex[WPF], indices, data, p0[WPF], p1[WPF], j);
         ey[WPF] = rw[WPF] >= 0 ? __ldg(y + rw[WPF]) : 0.f;
         p0[WPF + 1] = rw[WPF + 1] >= 0 ? __ldg(indptr + rw[WPF + 1]) : 0;
         p1[WPF + 1] = rw[WPF + 1] >= 0 ? __ldg(indptr + rw[WPF + 1] + 1) : 0;
         rw[WPF + 2] = unit_row(order, u + (WPF + 2) * nw, n_units, n, grp);
-        warp_step(ef[0], ex[0], p0[0], p1[0], rw[0], ey[0], j, lane, rs, indices, data, P, Psh, bb, T, Tsh, tb,
+        warp_step(ef[0], ex[0], p, p0[0], p1[0], rw[0], ey[0], j, lane, rs, indices, data, P, Psh, bb, T, Tsh, tb,
                   scale, lsum);
         __syncwarp();       // the next step's reads follow this step's updates of every lane of the warp
 #pragma unroll

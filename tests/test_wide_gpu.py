@@ -172,3 +172,13 @@ def test_final_val_loss_within_0003_of_cpu(cli, model, ds, extra):
             "model.baselines=[stage,cpu]", *extra, timeout=600)
     print(r.stdout[-3000:], r.stderr[-2000:])
     assert r.returncode == 0
+
+
+def test_block_larger_than_the_kernel_allows_is_a_config_error(cli):
+    # flow_warp at one sample a warp uses more than 64 registers a thread: 32 warps a block cannot launch
+    r = cli("model=wide_lr", "dataset=a9a", "backend=cuda", "epochs=1", "model.baselines=[]",
+            "model.warp_samples=1", "model.warps_per_block=32", timeout=300)
+    out = r.stdout + r.stderr
+    print(out[-2000:])
+    assert r.returncode == 2
+    assert "model.warps_per_block=32" in out and "LaunchError" not in out

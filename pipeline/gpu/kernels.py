@@ -111,6 +111,12 @@ class Kernel:
         import pycuda.driver as drv
         return self.fn.get_attribute(drv.function_attribute.NUM_REGS)
 
+    @property
+    def max_threads(self) -> int:
+        """The largest block this kernel can launch with (its registers per thread count)."""
+        import pycuda.driver as drv
+        return self.fn.get_attribute(drv.function_attribute.MAX_THREADS_PER_BLOCK)
+
     def __call__(self, grid: Tuple[int, ...], block: Tuple[int, ...], *args, shared: int = 0, stream=None):
         """Launch on ``stream`` (default: the current stream of :mod:`pipeline.gpu.graphs`, else
         the legacy default stream)."""

@@ -8,6 +8,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+from pipeline.errors import ConfigError
 from pipeline.models.wide.prep import WideData
 from pipeline.models.wide.reference import Params, chunks_per_step
 
@@ -66,6 +67,10 @@ class FlowTrainer(_Base):
         super().__init__(data, mc, ctx)
         self.mod = load_module(mc, data)
         self.train = self.mod.kernel("flow_train", "PiPPPPPPiPPPPPPfP")
+        if int(mc.threads) > self.train.max_threads:
+            raise ConfigError(f"model.threads={mc.threads}: more than the {self.train.max_threads} threads a block of "
+                              f"this kernel can have ({self.train.registers} registers a thread); use "
+                              f"model.threads<={self.train.max_threads}")
         self.commit = self.mod.kernel("flow_commit", "PiPPPPPPPP")
         defs = kernel_defines(mc, data)
         nq = 1 + 2 * self.k
@@ -289,6 +294,11 @@ class FlowWarpTrainer(_Base):
         defines.update({k: geo[k] for k in ("WS", "WEPL", "NSH", "HSH", "WPF", "HC")})
         self.mod = kernels.load("wide", "wide.cu", defines=defines)
         self.train = self.mod.kernel("flow_warp", "PiPPPPiiPPPPPPifP")
+        threads = 32 * max(1, min(geo["wpb"], geo["nw"]))
+        if threads > self.train.max_threads:
+            raise ConfigError(f"model.warps_per_block={geo['wpb']}: a block of {threads} threads exceeds the "
+                              f"{self.train.max_threads} this kernel can launch ({self.train.registers} registers "
+                              f"a thread); use model.warps_per_block<={self.train.max_threads // 32} (0: auto)")
         self.commit = self.mod.kernel("warp_commit", "PiiPPPPPP")
         d, kp = data.d, self.kp
         self.P = cp.zeros(d * kp, cp.float32)

@@ -175,9 +175,9 @@ def test_final_val_loss_within_0003_of_cpu(cli, model, ds, extra):
 
 
 def test_block_larger_than_the_kernel_allows_is_a_config_error(cli):
-    # flow_warp at one sample a warp uses more than 64 registers a thread: 32 warps a block cannot launch
-    r = cli("model=wide_lr", "dataset=a9a", "backend=cuda", "epochs=1", "model.baselines=[]",
-            "model.warp_samples=1", "model.warps_per_block=32", timeout=300)
+    # FM k=10 keeps its sample's rows in registers (over 64 a thread): 32 warps a block cannot launch
+    r = cli("model=wide_fm", "dataset=ctr_synth", "dataset.scale=0.02", "model.k=10", "backend=cuda", "epochs=1",
+            "model.baselines=[]", "model.warp_samples=2", "model.warps_per_block=32", timeout=300)
     out = r.stdout + r.stderr
     print(out[-2000:])
     assert r.returncode == 2

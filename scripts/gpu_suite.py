@@ -200,15 +200,20 @@ def render(files: List[Path]) -> str:
     for f in files:
         d = json.loads(Path(f).read_text())
         parts.setdefault(d["part"], []).append(d)
-    # A newer record supersedes an older one: each test module, benchmark run (same experiment and
+    # A newer record supersedes an older one: each test (node id), benchmark run (same experiment and
     # overrides) and sanitizer check is shown from its latest record only.
     for recs in parts.values():
         recs.sort(key=lambda d: d["date"])
-    seen_mods: set = set()
+    seen_ids: set = set()
     for d in reversed(parts.get("tests", [])):
-        mods = {x["id"].split("::")[0] for x in d["data"]["tests"]}
-        d["data"] = dict(d["data"], tests=[x for x in d["data"]["tests"] if x["id"].split("::")[0] not in seen_mods])
-        seen_mods |= mods
+        ids = {x["id"] for x in d["data"]["tests"]}
+        kept = [x for x in d["data"]["tests"] if x["id"] not in seen_ids]
+        gone = len(d["data"]["tests"]) - len(kept)
+        summary = d["data"].get("summary")
+        if gone and kept and summary:
+            summary += f"; {gone} of these shown from a later run"
+        d["data"] = dict(d["data"], tests=kept, summary=summary)
+        seen_ids |= ids
     parts["tests"] = [d for d in parts.get("tests", []) if d["data"]["tests"]]
     seen_runs: set = set()
     for d in reversed(parts.get("bench", [])):

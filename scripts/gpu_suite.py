@@ -195,19 +195,28 @@ def _fmt(v: Any) -> str:
 BENCH_COLS = ["case", "variant", "kind", "median_ms", "iqr_ms", "rel_err", "ok", "gbps", "gflops", "pct_peak"]
 
 
+def gpu_model(record: Dict[str, Any]) -> str:
+    """The GPU's name in a record ("NVIDIA H200, 580.159.04, 143771 MiB" -> "NVIDIA H200")."""
+    return str(record.get("gpu", "")).split(",")[0]
+
+
+def short_gpu(record: Dict[str, Any]) -> str:
+    return gpu_model(record).replace("NVIDIA ", "")
+
+
 def render(files: List[Path]) -> str:
     parts: Dict[str, List[Dict[str, Any]]] = {}
     for f in files:
         d = json.loads(Path(f).read_text())
         parts.setdefault(d["part"], []).append(d)
-    # A newer record supersedes an older one: each test (node id), benchmark run (same experiment and
-    # overrides) and sanitizer check is shown from its latest record only.
+    # A newer record supersedes an older one of the same GPU model: each test (node id), benchmark run
+    # (same experiment and overrides) and sanitizer check is shown from its latest record per GPU.
     for recs in parts.values():
         recs.sort(key=lambda d: d["date"])
     seen_ids: set = set()
     for d in reversed(parts.get("tests", [])):
-        ids = {x["id"] for x in d["data"]["tests"]}
-        kept = [x for x in d["data"]["tests"] if x["id"] not in seen_ids]
+        ids = {(gpu_model(d), x["id"]) for x in d["data"]["tests"]}
+        kept = [x for x in d["data"]["tests"] if (gpu_model(d), x["id"]) not in seen_ids]
         gone = len(d["data"]["tests"]) - len(kept)
         summary = d["data"].get("summary")
         if gone and kept and summary:
@@ -217,14 +226,14 @@ def render(files: List[Path]) -> str:
     parts["tests"] = [d for d in parts.get("tests", []) if d["data"]["tests"]]
     seen_runs: set = set()
     for d in reversed(parts.get("bench", [])):
-        keep_runs = [r for r in d["data"]["runs"] if (r["experiment"], r["run"]) not in seen_runs]
-        seen_runs |= {(r["experiment"], r["run"]) for r in d["data"]["runs"]}
+        keep_runs = [r for r in d["data"]["runs"] if (gpu_model(d), r["experiment"], r["run"]) not in seen_runs]
+        seen_runs |= {(gpu_model(d), r["experiment"], r["run"]) for r in d["data"]["runs"]}
         keep_jobs = [j for j in d["data"]["jobs"] if any(r["run"].startswith(" ".join(j["overrides"])) for r in keep_runs)]
         d["data"] = {"jobs": keep_jobs, "runs": keep_runs}
     parts["bench"] = [d for d in parts.get("bench", []) if d["data"]["runs"] or d["data"]["jobs"]]
     seen_checks: set = set()
     for d in reversed(parts.get("sanitize", [])):
-        keys = [(x["model"], x["tool"], tuple(x["overrides"])) for x in d["data"]["results"]]
+        keys = [(gpu_model(d), x["model"], x["tool"], tuple(x["overrides"])) for x in d["data"]["results"]]
         d["data"] = dict(d["data"], results=[x for x, k in zip(d["data"]["results"], keys) if k not in seen_checks])
         seen_checks |= set(keys)
     parts["sanitize"] = [d for d in parts.get("sanitize", []) if d["data"]["results"]]
@@ -242,19 +251,19 @@ def render(files: List[Path]) -> str:
     lines.append("")
     head = []
     for d in parts.get("tests", []):
-        head.append(f"| GPU tests | `pytest -m gpu` | {d['data'].get('summary')} |")
+        head.append(f"| {short_gpu(d)} | GPU tests | `pytest -m gpu` | {d['data'].get('summary')} |")
     for d in parts.get("bench", []):
         for r in d["data"]["runs"]:
             summ = {k[8:]: v for k, v in r["metrics"].items() if k.startswith("summary/") and k != "summary/objective"}
             keys = [k for k in summ if "best_x_vs" in k or "x_vs" in k or "acc" in k or "rate" in k][:6] or list(summ)[:6]
-            head.append(f"| {r['experiment']} | `{r['run']}` | {r['status']}: " + ", ".join(f"{k} {_fmt(summ[k])}" for k in keys) + " |")
+            head.append(f"| {short_gpu(d)} | {r['experiment']} | `{r['run']}` | {r['status']}: " + ", ".join(f"{k} {_fmt(summ[k])}" for k in keys) + " |")
     for d in parts.get("sanitize", []):
         for x in d["data"]["results"]:
             e = f"{x['errors']} errors" if x["errors"] is not None else f"{x.get('hazards')} hazards"
             cfg = " ".join(o for o in x["overrides"] if not o.startswith(("bench.", "tracking.", "size=")))
-            head.append(f"| compute-sanitizer | {x['model']} {x['tool']}: `{cfg}` | {e}, exit {x['rc']} |")
+            head.append(f"| {short_gpu(d)} | compute-sanitizer | {x['model']} {x['tool']}: `{cfg}` | {e}, exit {x['rc']} |")
     if head:
-        lines += ["## At a glance", "", "| what | run | result |", "|---|---|---|"] + head + [""]
+        lines += ["## At a glance", "", "| GPU | what | run | result |", "|---|---|---|---|"] + head + [""]
     for d in parts.get("tests", []):
         t = d["data"]
         lines += [f"## GPU tests ({d['date']}, {d['gpu']})", "", f"`pytest -m gpu`: **{t.get('summary') or 'rc=' + str(t['rc'])}**", ""]

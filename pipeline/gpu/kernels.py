@@ -63,6 +63,15 @@ def load(model: str, filename: str, defines: Optional[Dict[str, object]] = None,
     return m
 
 
+def require_block(kernel, threads: int, knob: str, value, fix: str) -> None:
+    """A ConfigError naming ``knob=value`` when a block of ``threads`` exceeds what ``kernel`` can
+    launch with its registers per thread (instead of the driver's "too many resources" at launch)."""
+    if threads > kernel.max_threads:
+        from pipeline.errors import ConfigError
+        raise ConfigError(f"{knob}={value}: a block of {threads} threads exceeds the {kernel.max_threads} this "
+                          f"kernel can launch ({kernel.registers} registers a thread); use {fix}")
+
+
 def ptr(a) -> int:
     """Device pointer of an array-like (CUDA array interface) or an int."""
     if a is None:

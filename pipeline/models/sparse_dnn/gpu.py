@@ -158,9 +158,9 @@ class _StreamedPass:
     """What snig and pull share: weights streamed from pinned host memory through nb device buffers
     on a copy stream (copy[l] -> layer[l] on the compute stream, with the write-after-read guard
     layer[l] -> copy[l + nb]), each batch's pass over the layers captured once as a CUDA graph
-    (per batch size) and replayed; a subclass supplies ``_stage``, ``_layer`` and ``_collect``."""
+    (per batch size) and replayed; a subclass supplies ``name``, ``_stage``, ``_layer`` and ``_collect``."""
 
-    name = "snig"
+    name: str
 
     def _streams(self, cfg_model, host_w, notice) -> None:
         import cupy

@@ -8,7 +8,6 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from pipeline.errors import ConfigError
 from pipeline.models.wide.prep import WideData
 from pipeline.models.wide.reference import Params, chunks_per_step
 
@@ -65,11 +64,10 @@ class FlowTrainer(_Base):
 
     def __init__(self, data: WideData, mc, ctx, budget_bytes: int):
         super().__init__(data, mc, ctx)
+        from pipeline.gpu import kernels
         self.mod = load_module(mc, data)
         self.train = self.mod.kernel("flow_train", "PiPPPPPPiPPPPPPfP")
-        if int(mc.threads) > self.train.max_threads:
-            raise ConfigError(f"model.threads={mc.threads}: more than the {self.train.max_threads} threads a block of "
-                              f"this kernel can have ({self.train.registers} registers a thread); use "
+        kernels.require_block(self.train, int(mc.threads), "model.threads", mc.threads,
                               f"model.threads<={self.train.max_threads}")
         self.commit = self.mod.kernel("flow_commit", "PiPPPPPPPP")
         defs = kernel_defines(mc, data)
@@ -294,11 +292,8 @@ class FlowWarpTrainer(_Base):
         defines.update({k: geo[k] for k in ("WS", "WEPL", "NSH", "HSH", "WPF", "HC")})
         self.mod = kernels.load("wide", "wide.cu", defines=defines)
         self.train = self.mod.kernel("flow_warp", "PiPPPPiiPPPPPPifP")
-        threads = 32 * max(1, min(geo["wpb"], geo["nw"]))
-        if threads > self.train.max_threads:
-            raise ConfigError(f"model.warps_per_block={geo['wpb']}: a block of {threads} threads exceeds the "
-                              f"{self.train.max_threads} this kernel can launch ({self.train.registers} registers "
-                              f"a thread); use model.warps_per_block<={self.train.max_threads // 32} (0: auto)")
+        kernels.require_block(self.train, 32 * max(1, min(geo["wpb"], geo["nw"])), "model.warps_per_block",
+                              geo["wpb"], f"model.warps_per_block<={self.train.max_threads // 32} (0: auto)")
         self.commit = self.mod.kernel("warp_commit", "PiiPPPPPP")
         d, kp = data.d, self.kp
         self.P = cp.zeros(d * kp, cp.float32)
@@ -410,6 +405,7 @@ class StageTrainer(_Base):
         super().__init__(data, mc, ctx)
         from pipeline.gpu.transfer import upload_all
         self.per = max(1, int(mc.batch_size) // data.chunk)
+        self.in_flight = self.per * data.chunk          # strict mini-batches
         self.mod = load_module(mc, data)
         self.spmv = self.mod.kernel("stage_spmv", "PiiPPPPPPPP")
         self.grad = self.mod.kernel("stage_grad", "PiiPPPPPPPPPPP")
@@ -421,7 +417,7 @@ class StageTrainer(_Base):
         self.z = self.cp.zeros(B, self.cp.float32)
         self.a2 = self.cp.zeros(max(1, B * self.k), self.cp.float32)
         self.order_dev = self.cp.zeros(max(1, data.n_chunks), self.cp.int32)
-        self.replay = None
+        self.replay, self.replay_len = None, 0
 
     def _steps(self, n_order: int) -> None:
         data, dev = self.data, self.dev
@@ -463,6 +459,7 @@ class TorchTrainer:
         self.torch, self.data, self.mc = torch, data, mc
         self.k = int(mc.k)
         self.per = max(1, int(mc.batch_size) // data.chunk)
+        self.in_flight = self.per * data.chunk          # strict mini-batches
         dev = torch.device("cuda", int(ctx.cfg.gpu))
         self.dev = dev
         X = data.Xtr

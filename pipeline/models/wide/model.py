@@ -179,7 +179,7 @@ class WideModel(Model):
             if v in self.trainers:
                 # the epoch as a chain of dependent steps: a forward must see the updates of every sample
                 # more than in_flight before it, so an epoch is at least n / in_flight steps
-                w = getattr(self.trainers[v], "in_flight", 0) or self.trainers[v].per * data.chunk
+                w = self.trainers[v].in_flight
                 r["in_flight"] = w
                 r["us_per_step"] = gmed[v] * 1e3 / -(-data.n // w)
             if "overlap" in h:

@@ -23,6 +23,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.errors import PipelineError
 from pipeline.results import Report, format_table, to_csv
 
 PARENT_ENV = "PIPELINE_MLFLOW_PARENT_RUN"
@@ -39,13 +40,31 @@ def store_uri(tcfg) -> str:
     return f"sqlite:///{store_dir(tcfg) / 'mlflow.db'}"
 
 
+LOCK_TIMEOUT_S = 300.0
+
+
 def setup(tcfg) -> str:
-    """Create the store (once) and point MLflow at it; returns the URI."""
+    """Create the store (once) and point MLflow at it; returns the URI.
+
+    Creating a SQLite store runs MLflow's schema migrations, which fail (and can leave the store
+    half-migrated) when several processes do it at once: two terminals, a shell loop, a cluster
+    array. Every process therefore opens the store under one file lock beside it; the first creates
+    and migrates it, the others wait and then find it ready."""
     import mlflow
+    from filelock import FileLock, Timeout
     d = store_dir(tcfg)
     d.mkdir(parents=True, exist_ok=True)
     (d / "mlartifacts").mkdir(exist_ok=True)
     uri = store_uri(tcfg)
+    lock = FileLock(str(d / "mlflow.db.lock"))
+    try:
+        with lock.acquire(timeout=LOCK_TIMEOUT_S):
+            from mlflow.tracking import MlflowClient
+            MlflowClient(uri).search_experiments(max_results=1)   # creates and migrates the store
+    except Timeout:
+        raise PipelineError(f"tracking store {d / 'mlflow.db'} is locked by another process for more than "
+                            f"{LOCK_TIMEOUT_S:.0f} s (lock file {lock.lock_file}); wait, or remove the lock "
+                            "file if no run is active") from None
     mlflow.set_tracking_uri(uri)
     return uri
 

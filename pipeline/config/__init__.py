@@ -8,12 +8,15 @@ key or a wrong type before any work. Range and consistency checks that Hydra can
 """
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import enum
 import importlib
 import pkgutil
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, ClassVar, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -61,7 +64,12 @@ class KernelConf:
 
 @dataclass
 class ModelConf:
-    """Fields every model has. A model's schema subclasses this."""
+    """Fields every model has. A model's schema subclasses this.
+
+    ``TOP_LEVEL_HINTS`` (a class attribute, not a key) tells a user who typed a common top-level
+    knob (``block_size``, ``batch_size``, ``epochs``) that this model does not use what to write
+    instead, e.g. ``{"block_size": "model.block_size (threads per block)"}``."""
+    TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {}
     name: str = MISSING
     impl: str = MISSING                      # "package.module:Class"
     variants: List[str] = field(default_factory=list)   # empty: [kernel.name]
@@ -74,6 +82,7 @@ class DatasetConf:
     name: str = MISSING
     kind: str = "synthetic"                  # synthetic | real
     path: str = ""
+    fallback: str = ""                       # a model default's stand-in when this data is absent (one-line notice)
 
 
 @dataclass
@@ -84,9 +93,9 @@ class Config:
     backend: Backend = Backend.auto
     size: Size = Size.auto
     seed: int = 0
-    block_size: int = 64
-    batch_size: int = 128
-    epochs: int = 3
+    block_size: Optional[int] = None        # common knobs: null = the model's own default (see above)
+    batch_size: Optional[int] = None
+    epochs: Optional[int] = None
     gpu: int = 0
     data_dir: str = "${oc.env:PIPELINE_DATA_DIR,${project_root:}/data}"
     cache_dir: str = "${project_root:}/outputs/cache"
@@ -97,6 +106,7 @@ class Config:
 
 _registered = False
 _validators: Dict[str, Callable[[DictConfig], None]] = {}
+_registries: Dict[str, Any] = {}
 
 
 def validator(model_name: str):
@@ -114,6 +124,10 @@ def register_all() -> None:
         return
     if not OmegaConf.has_resolver("project_root"):
         OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT))
+    if not OmegaConf.has_resolver("first"):
+        OmegaConf.register_new_resolver("first", first)
+    if not OmegaConf.has_resolver("variants_help"):
+        OmegaConf.register_new_resolver("variants_help", lambda: variants_help())
     cs = ConfigStore.instance()
     cs.store(name="schema_config", node=Config)
     cs.store(group="kernel", name="schema_kernel", node=KernelConf)
@@ -128,6 +142,45 @@ def store(group: str, name: str, node: Any) -> None:
     ConfigStore.instance().store(group=group, name=name, node=node)
 
 
+def first(*values: Any) -> Any:
+    """Resolver ``${first:a,b,...}``: the first argument that is not null (a model's default for a
+    common knob: ``${first:${batch_size},1024}``)."""
+    for v in values:
+        if v is not None:
+            return v
+    return None
+
+
+def register_variants(model: str, registry) -> None:
+    """Register ``model``'s variant registry (``pipeline/models/<pkg>/variants.py``, a leaf module
+    that imports nothing of the model's code): :func:`validate` checks ``kernel=``,
+    ``model.variants`` and ``model.baselines`` against it before any work or MLflow run, and
+    ``--help`` lists its variants."""
+    _registries[model] = registry
+
+
+def registry(model: str):
+    """The variant registry of ``model``, or None."""
+    register_all()
+    return _registries.get(model)
+
+
+def variants_help() -> str:
+    """One line per model: its variants (ours, then baselines) by backend; for ``--help``."""
+    lines = []
+    register_all()
+    for model, reg in _registries.items():
+        parts = []
+        for backend in ("cuda", "cpu"):
+            ours = reg.names(backend, "ours")
+            base = reg.names(backend, "baseline")
+            if ours or base:
+                parts.append(f"{'GPU' if backend == 'cuda' else 'CPU'}: {', '.join(ours)}"
+                             + (f" | baselines {', '.join(base)}" if base else ""))
+        lines.append(f"  {model:<13} {'; '.join(parts)}")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- validation after composition
 
 def require(cond: bool, key: str, value: Any, allowed: str) -> None:
@@ -140,17 +193,132 @@ def is_pow2(x: int) -> bool:
     return isinstance(x, int) and x > 0 and (x & (x - 1)) == 0
 
 
+# ------------------------------------------------------------- unknown keys, however written
+
+
+def _schema_fields(cls) -> List[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def unknown_key_message(full_key: str, known: List[str]) -> str:
+    """One line for a key no schema has: the closest known key, else the known keys."""
+    prefix, _, leaf = full_key.rpartition(".")
+    close = difflib.get_close_matches(leaf, known, n=1, cutoff=0.6)
+    dotted = (lambda k: f"{prefix}.{k}" if prefix else k)
+    where = f" in {prefix}" if prefix else ""
+    if close:
+        return f"{full_key} is not a known key{where}: did you mean {dotted(close[0])}?"
+    return f"{full_key} is not a known key{where}; known keys: {', '.join(known)}"
+
+
+def schema_class(name: str):
+    """The schema dataclass registered in the ConfigStore under the class name ``name``."""
+    cs = ConfigStore.instance()
+
+    def walk(d):
+        for v in d.values():
+            if isinstance(v, dict):
+                r = walk(v)
+                if r is not None:
+                    return r
+            else:
+                node = getattr(v, "node", None)
+                t = OmegaConf.get_type(node) if node is not None else None
+                if t is not None and dataclasses.is_dataclass(t) and t.__name__ == name:
+                    return t
+        return None
+    return walk(cs.repo)
+
+
+def check_keys(cfg: DictConfig, node: Any = None, prefix: str = "") -> None:
+    """Raise a one-line ConfigError for a key that the node's schema does not declare (a key added
+    with ``+``/``++`` passes Hydra's own check; this one catches it). Dict-typed fields
+    (``kernel.params``, ``model.paper``) take any key."""
+    node = cfg if node is None else node
+    t = OmegaConf.get_type(node)
+    if not (t is not None and dataclasses.is_dataclass(t)):
+        return
+    known = _schema_fields(t)
+    for key in node.keys():
+        key = str(key)
+        if prefix == "" and key == "hydra":
+            continue
+        full = f"{prefix}{key}"
+        if key not in known:
+            raise ConfigError(unknown_key_message(full, known))
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing() \
+                and not child._is_interpolation():
+            check_keys(cfg, child, f"{full}.")
+
+
+# ----------------------------------------------------------------------- the common knobs
+
+COMMON_KEYS = ("block_size", "batch_size", "epochs")
+
+
+def uses(cfg: DictConfig, key: str) -> List[str]:
+    """The model keys whose value interpolates the top-level ``key`` (``${key}`` inside them)."""
+    raw = OmegaConf.to_container(cfg.model, resolve=False)
+    pat = re.compile(r"\$\{" + re.escape(key) + r"\}")
+    return [k for k, v in raw.items() if isinstance(v, str) and pat.search(v)]
+
+
+def knob(cfg: DictConfig, key: str) -> str:
+    """The name a range error about the model's ``key`` should show: the top-level knob when the
+    user set it there, else ``model.<key>``."""
+    if key in COMMON_KEYS and cfg.get(key) is not None and key in uses(cfg, key):
+        return key
+    return f"model.{key}"
+
+
+def check_common(cfg: DictConfig) -> None:
+    """A top-level common knob that is set must be used by the model (else a one-line error naming
+    the key to set instead) and be a positive integer (0 where the model's key allows it)."""
+    t = OmegaConf.get_type(cfg.model)
+    hints = getattr(t, "TOP_LEVEL_HINTS", {}) if t is not None else {}
+    name = cfg.model.name
+    for key in COMMON_KEYS:
+        v = cfg.get(key)
+        if v is None:
+            continue
+        fields = uses(cfg, key)
+        if not fields:
+            if key in hints:
+                raise ConfigError(f"{key}={v} is not used by model={name}: {hints[key].format(value=v)}")
+            if key in cfg.model:
+                raise ConfigError(f"{key}={v} is not used by model={name}: model.{key} is set to "
+                                  f"{cfg.model[key]} (by an experiment or an override); write model.{key}={v}")
+            raise ConfigError(f"{key}={v} is not used by model={name}: the model has no such setting")
+        zero_ok = bool(t is not None and dataclasses.is_dataclass(t) and any(
+            f.name == fields[0] and f.metadata.get("zero_ok") for f in dataclasses.fields(t)))
+        require(isinstance(v, int) and (v > 0 or (zero_ok and v == 0)), key, v,
+                "0 or a positive integer" if zero_ok else "a positive integer")
+
+
+def fill_common(cfg: DictConfig) -> None:
+    """Set each common knob the model uses to the value in effect (what MLflow logs as params)."""
+    for key in COMMON_KEYS:
+        fields = uses(cfg, key)
+        if fields and cfg.get(key) is None:
+            cfg[key] = cfg.model[fields[0]]
+
+
 def validate(cfg: DictConfig) -> None:
-    require(cfg.batch_size > 0, "batch_size", cfg.batch_size, "a positive integer")
+    check_keys(cfg)
+    check_common(cfg)
     require(cfg.seed >= 0, "seed", cfg.seed, "a non-negative integer")
-    require(cfg.epochs > 0, "epochs", cfg.epochs, "a positive integer")
     require(cfg.bench.min_repeats > 0, "bench.min_repeats", cfg.bench.min_repeats, "a positive integer")
     require(cfg.bench.max_repeats >= cfg.bench.min_repeats, "bench.max_repeats", cfg.bench.max_repeats,
             f">= bench.min_repeats ({cfg.bench.min_repeats})")
     require(cfg.bench.warmup >= 0, "bench.warmup", cfg.bench.warmup, "a non-negative integer")
+    reg = _registries.get(cfg.model.name)
+    if reg is not None:
+        reg.check(cfg)
     fn = _validators.get(cfg.model.name)
     if fn is not None:
         fn(cfg)
+    fill_common(cfg)
 
 
 def check_variants(cfg: DictConfig, allowed: List[str]) -> List[str]:

@@ -1,17 +1,19 @@
 """Schemas and checks for model=fewhot (N-hot lookup C = A B) and model=softmax_topn (fused
 softmax + top-N), after Argueta & Chiang."""
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, ClassVar, Dict, List
 
-from pipeline.config import ModelConf, check_variants, is_pow2, require, store, validator
+from pipeline.config import ModelConf, is_pow2, register_variants, require, store, validator
+from pipeline.models.argueta.variants import FEWHOT, TOPN
 
-FEWHOT_VARIANTS = ["fewhot", "fewhot_vec", "cusparse", "dense_fp32", "cpu", "cpu_sparse", "cpu_dense"]
-TOPN_VARIANTS = ["topn_atomic", "topn_early_exit", "topn_split", "topn_radix",
-                 "softmax_topk", "torch_topk", "online_topk", "online_topk_fixed", "cpu", "cpu_sort"]
+_NO_TRAINING = "it times one kernel call per case and trains nothing"
 
 
 @dataclass
 class FewhotConf(ModelConf):
+    TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {
+        "batch_size": "its minibatch is model.rows (L)", "epochs": _NO_TRAINING,
+        "block_size": "its threads per block are chosen from L and M; it has no block-size setting"}
     rows: int = 100                  # L: minibatch rows of A
     vocab: int = 10240               # K: columns of A = rows of B
     width: int = 512                 # M: columns of B (embedding width)
@@ -21,6 +23,9 @@ class FewhotConf(ModelConf):
 
 @dataclass
 class TopnConf(ModelConf):
+    TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {
+        "block_size": "its threads per block are model.block_size (paper: 256); write model.block_size={value}",
+        "batch_size": "its rows are model.rows (L, a list)", "epochs": _NO_TRAINING}
     rows: List[int] = field(default_factory=lambda: [512])  # L: rows (one case each)
     vocab: int = 10240               # K: logits per row
     top_n: List[int] = field(default_factory=lambda: [10])  # N: beam width (one case each)
@@ -31,12 +36,13 @@ class TopnConf(ModelConf):
 
 store("model", "schema_fewhot", FewhotConf)
 store("model", "schema_softmax_topn", TopnConf)
+register_variants("fewhot", FEWHOT)
+register_variants("softmax_topn", TOPN)
 
 
 @validator("fewhot")
 def _check_fewhot(cfg) -> None:
     m = cfg.model
-    check_variants(cfg, FEWHOT_VARIANTS)
     for key in ("rows", "vocab", "width"):
         require(int(m[key]) > 0, f"model.{key}", m[key], "a positive integer")
     require(len(m.n_hot) > 0, "model.n_hot", list(m.n_hot), "a non-empty list of non-zeros per row")
@@ -47,7 +53,6 @@ def _check_fewhot(cfg) -> None:
 @validator("softmax_topn")
 def _check_topn(cfg) -> None:
     m = cfg.model
-    check_variants(cfg, TOPN_VARIANTS)
     require(int(m.vocab) > 0, "model.vocab", m.vocab, "a positive integer")
     require(len(m.rows) > 0 and all(int(r) > 0 for r in m.rows), "model.rows", list(m.rows),
             "a non-empty list of positive row counts")

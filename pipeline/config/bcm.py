@@ -1,41 +1,47 @@
 """Schema and checks for model=bcm."""
 from dataclasses import dataclass, field
-from typing import List
+from typing import ClassVar, Dict, List
 
-from pipeline.config import ModelConf, check_variants, is_pow2, require, store, validator
+from pipeline.config import ModelConf, is_pow2, knob, register_variants, require, store, validator
+from pipeline.models.bcm.variants import REGISTRY
 
 LAYERS = ("A", "B", "C")
-# Our GPU variants of a BCM layer (pipeline/models/bcm/gpu.py), used by model=bcm and model=bcm_cnn.
-BCM_VARIANTS = ("baseline", "o1", "o2", "fused", "tiled", "cgemm", "dft", "dft3m")
 
 
 @dataclass
 class BcmConf(ModelConf):
-    block_size: int = 64
-    batch_size: int = 128
+    TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {
+        "epochs": "it times single layers (forward + both gradients) and trains nothing; "
+                  "model=bcm_cnn trains a BCM network"}
+    block_size: int = 64                                    # k (paper Table 3: 16, 32, 64)
+    batch_size: int = 128                                   # paper Table 3: 128 (layer B: 64)
     layers: List[str] = field(default_factory=lambda: ["A"])
     block_sizes: List[int] = field(default_factory=list)
 
 
 store("model", "schema_bcm", BcmConf)
+register_variants("bcm", REGISTRY)
 
 
-def check_block_sizes(m, lo: int, hi: int, why: str = "") -> None:
-    """Every block size of a BCM model config (``block_sizes`` or ``block_size``) is a power of two
-    in [lo, hi]; shared by model=bcm and model=bcm_cnn."""
+def check_block_sizes(cfg, lo: int, hi: int, why: str = "") -> None:
+    """Every block size of a BCM model config (``model.block_sizes``, else ``block_size``) is a power
+    of two in [lo, hi]; shared by model=bcm and model=bcm_cnn."""
+    m = cfg.model
+    key = "model.block_sizes" if list(m.block_sizes) else knob(cfg, "block_size")
     for k in list(m.block_sizes) or [m.block_size]:
-        require(is_pow2(k), "block_size", k, "a power of two (e.g. 16, 32, 64)")
-        require(lo <= k <= hi, "block_size", k, f"between {lo} and {hi}{why}")
+        require(is_pow2(k), key, k, "a power of two (e.g. 16, 32, 64)")
+        require(lo <= k <= hi, key, k, f"between {lo} and {hi}{why}")
 
 
 @validator("bcm")
 def _check(cfg) -> None:
     m = cfg.model
-    check_block_sizes(m, 4, 256)
+    check_block_sizes(cfg, 4, 256)
+    require(int(m.batch_size) > 0, knob(cfg, "batch_size"), m.batch_size, "a positive integer")
     for name in m.layers:
         require(name in LAYERS, "model.layers", name, f"one of {', '.join(LAYERS)}")
-    from pipeline.models.bcm.model import BcmModel
-    names = check_variants(cfg, BcmModel.GPU_VARIANTS + BcmModel.CPU_VARIANTS)
+    names = REGISTRY.check(cfg)
     if "tiled" in names:
+        key = "model.block_sizes" if list(m.block_sizes) else knob(cfg, "block_size")
         for k in list(m.block_sizes) or [m.block_size]:
-            require(k <= 64, "block_size", k, "at most 64 for the tiled variant (k' x 16 threads a block)")
+            require(k <= 64, key, k, "at most 64 for the tiled variant (k' x 16 threads a block)")

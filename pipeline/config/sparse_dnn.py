@@ -1,8 +1,9 @@
 """Schema and checks for model=sparse_dnn (SNIG on the HPEC Sparse DNN Challenge)."""
 from dataclasses import dataclass, field
-from typing import Any, List
+from typing import Any, ClassVar, Dict, List
 
-from pipeline.config import ModelConf, require, store, validator
+from pipeline.config import ModelConf, knob, register_variants, require, store, validator
+from pipeline.models.sparse_dnn.variants import REGISTRY
 
 SIZES = (1024, 4096, 16384, 65536)
 DEPTHS = (120, 480, 1920)
@@ -32,7 +33,10 @@ class SparseDnnDatasetConf:
 
 @dataclass
 class SparseDnnConf(ModelConf):
-    batch_size: int = 0                # images per batch on the GPU; 0 = all images in one batch
+    TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {
+        "block_size": "its kernel block is model.block=[dim_x, dim_y] (paper: [2, 512])",
+        "epochs": "it runs inference; the timed passes are model.repeats"}
+    batch_size: int = field(default=0, metadata={"zero_ok": True})   # images per batch on the GPU; 0 = all in one batch
     weight_buffers: int = 2            # nb: device weight buffers the layers stream through
     num_secs: int = 0                  # output sections per row; 0 = from the device's shared memory
     smem_optin: bool = True            # allow > 48 KB dynamic shared memory (Hopper: ~227 KB)
@@ -53,6 +57,7 @@ class SparseDnnConf(ModelConf):
 
 store("model", "schema_sparse_dnn", SparseDnnConf)
 store("dataset", "schema_sparse_dnn_dataset", SparseDnnDatasetConf)
+register_variants("sparse_dnn", REGISTRY)
 
 
 @validator("sparse_dnn")
@@ -68,7 +73,7 @@ def _check(cfg) -> None:
     require(float(d.ymax) > 0, "dataset.ymax", d.ymax, "a positive number")
     require(float(d.get("keep_layers_gb", 2.0)) >= 0, "dataset.keep_layers_gb", d.get("keep_layers_gb"),
             "0 (always regenerate) or a positive number of GB")
-    require(int(m.batch_size) >= 0, "model.batch_size", m.batch_size, "0 (one batch) or a positive integer")
+    require(int(m.batch_size) >= 0, knob(cfg, "batch_size"), m.batch_size, "0 (one batch) or a positive integer")
     require(int(m.weight_buffers) >= 1, "model.weight_buffers", m.weight_buffers, "at least 1")
     require(int(m.num_secs) >= 0, "model.num_secs", m.num_secs, "0 (auto) or a positive integer")
     if int(m.num_secs) > 0:

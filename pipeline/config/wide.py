@@ -1,7 +1,9 @@
 """Schemas and checks for model=wide_lr and model=wide_fm (cuWide) and their datasets."""
 from dataclasses import dataclass
+from typing import ClassVar, Dict
 
-from pipeline.config import DatasetConf, ModelConf, check_variants, is_pow2, require, store, validator
+from pipeline.config import DatasetConf, ModelConf, is_pow2, knob, register_variants, require, store, validator
+from pipeline.models.wide.variants import FM, HOT_CACHE_SMEM_MAX, LR, hot_cache_bytes
 
 UPDATES = ("chunk", "batch")
 DESIGNS = ("chunk", "warp")
@@ -10,10 +12,13 @@ FORMATS = ("svmlight", "criteo", "synth")
 
 @dataclass
 class WideConf(ModelConf):
+    TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {
+        "block_size": "its threads per block are model.threads (flow, design=chunk) or "
+                      "model.warps_per_block (design=warp)"}
     k: int = 0                   # FM factor size; 0 = logistic regression
     lr: float = 0.5              # SGD step (paper: 0.5 for LR)
-    batch_size: int = 1024       # mini-batch (samples) of the strict-batch variants
-    epochs: int = 50             # at most; early stopping may end sooner
+    batch_size: int = 1024       # mini-batch (samples) of the strict-batch variants (paper: 1024)
+    epochs: int = 3              # at most; early stopping may end sooner
     early_stop: bool = True      # stop when val loss > mean of the last `window` epochs (paper)
     window: int = 10
     chunk: int = 32              # samples per chunk (one thread block at a time)
@@ -56,14 +61,16 @@ class WideDatasetConf(DatasetConf):
 
 store("model", "schema_wide", WideConf)
 store("dataset", "schema_wide_dataset", WideDatasetConf)
+register_variants("wide_lr", LR)
+register_variants("wide_fm", FM)
 
 
 def _check(cfg) -> None:
     m = cfg.model
     require(m.k >= 0 and m.k <= 64, "model.k", m.k, "0 (LR) or an FM factor size 1..64")
     require(m.lr > 0, "model.lr", m.lr, "a positive step size")
-    require(m.batch_size > 0, "model.batch_size", m.batch_size, "a positive integer")
-    require(m.epochs > 0, "model.epochs", m.epochs, "a positive integer")
+    require(m.batch_size > 0, knob(cfg, "batch_size"), m.batch_size, "a positive integer")
+    require(m.epochs > 0, knob(cfg, "epochs"), m.epochs, "a positive integer")
     require(m.window >= 1, "model.window", m.window, "a positive integer")
     require(1 <= m.chunk <= 128, "model.chunk", m.chunk, "1..128 samples")
     require(m.hot >= 0, "model.hot", m.hot, "a non-negative number of features")
@@ -86,12 +93,10 @@ def _check(cfg) -> None:
     require(0 <= m.prefetch <= 4, "model.prefetch", m.prefetch, "0 (auto) or 1..4 steps")
     require(0 <= m.hot_cache <= 8192 and m.hot_cache % 4 == 0, "model.hot_cache", m.hot_cache,
             "0 (none) or a multiple of 4 up to 8192 features")
-    from pipeline.models.wide.gpu import HOT_CACHE_SMEM_MAX, hot_cache_bytes
     require(hot_cache_bytes(m.hot_cache, m.k) <= HOT_CACHE_SMEM_MAX, "model.hot_cache", m.hot_cache,
             f"fewer rows: with k={m.k} its two shared-memory copies must fit in {HOT_CACHE_SMEM_MAX // 1024} KB")
     require(m.init_std >= 0, "model.init_std", m.init_std, "a non-negative standard deviation")
     require(m.streams >= 1, "model.streams", m.streams, "a positive integer")
-    check_variants(cfg, ["flow", "stage", "torch", "cpu"])
     d = cfg.dataset
     require(d.get("format", None) in FORMATS, "dataset", d.name,
             "a wide dataset (a9a, criteo10k, ctr_synth) for model=" + m.name)

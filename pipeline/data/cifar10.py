@@ -1,19 +1,48 @@
-"""CIFAR-10 from the JPEG-packed .npz files of ../shared/data/cifar10-jpeg (see its SOURCE.md):
-decoded with Pillow once and cached (pipeline/data/cache.py) as uint8 arrays."""
+"""CIFAR-10 in either of two forms under ``data_dir`` (or the project's ``data/``):
+
+* ``cifar-10-batches-bin/``: the official binary version, read directly (``python -m pipeline.data.fetch cifar10``
+  downloads ``cifar-10-binary.tar.gz`` from the authors' site, checks its md5 and unpacks it):
+  ``data_batch_1..5.bin`` and ``test_batch.bin``, each record one label byte and 3072 pixel bytes
+  (1024 red, 1024 green, 1024 blue, row-major 32 x 32). Preferred when present (lossless).
+* ``cifar10-jpeg/``: the images re-encoded as JPEG and packed into two .npz files (arrays
+  ``jpeg``, ``offsets``, ``labels``), decoded with Pillow once and cached (pipeline/data/cache.py).
+"""
 from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
 from pipeline.data.cache import cached_arrays
-from pipeline.data.paths import find
+from pipeline.data.paths import SHIPPED, find
 from pipeline.errors import DataError
 
+OFFICIAL = "cifar-10-batches-bin"
+JPEG = "cifar10-jpeg"
 FILES = {"train": "cifar10_train_jpeg.npz", "test": "cifar10_test_jpeg.npz"}
+BIN_FILES = {"train": [f"data_batch_{i}.bin" for i in range(1, 6)], "test": ["test_batch.bin"]}
+RECORD = 1 + 3 * 32 * 32
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+FETCH = "python -m pipeline.data.fetch cifar10"
+
+
+def read_bin(path: Path) -> Tuple[np.ndarray, np.ndarray]:
+    """(images uint8 (N, 32, 32, 3), labels uint8 (N,)) from one file of the official binary version."""
+    try:
+        raw = np.fromfile(path, dtype=np.uint8)
+    except OSError as e:
+        raise DataError(f"{path}: cannot read ({e})") from e
+    if raw.size == 0 or raw.size % RECORD:
+        raise DataError(f"{path}: {raw.size} bytes is not a whole number of {RECORD}-byte CIFAR-10 records")
+    rec = raw.reshape(-1, RECORD)
+    labels = rec[:, 0].copy()
+    if int(labels.max()) >= len(CLASSES):
+        bad = int(np.argmax(labels >= len(CLASSES)))
+        raise DataError(f"{path}: record {bad} has label {int(labels[bad])}, expected 0..9")
+    images = rec[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(images), labels
 
 
 def decode(path: Path) -> Tuple[np.ndarray, np.ndarray]:
@@ -45,14 +74,36 @@ def decode(path: Path) -> Tuple[np.ndarray, np.ndarray]:
     return images, labels.astype(np.uint8)
 
 
+def folder(cfg) -> Optional[Path]:
+    """The folder CIFAR-10 is read from (the official binary version first), or None."""
+    for name in (OFFICIAL, JPEG):
+        try:
+            return find(cfg, name)
+        except DataError:
+            continue
+    return None
+
+
 def load(cfg, split: str = "train") -> Tuple[np.ndarray, np.ndarray]:
     """(images uint8 (N, 32, 32, 3) NHWC RGB, labels uint8 (N,)) for 'train' (50000) or 'test' (10000)."""
     if split not in FILES:
         raise DataError(f"CIFAR-10 split {split!r}: expected 'train' or 'test'")
-    folder = find(cfg, "cifar10-jpeg", "the JPEG-packed CIFAR-10 .npz files")
-    path = folder / FILES[split]
+    where = folder(cfg)
+    if where is None:
+        raise DataError(f"dataset 'cifar10' not found: no {OFFICIAL}/ or {JPEG}/ in data_dir={cfg.data_dir} or "
+                        f"{SHIPPED}; fetch it with: {FETCH} (or set data_dir=... / PIPELINE_DATA_DIR)")
+    if where.name == OFFICIAL:
+        paths = [where / f for f in BIN_FILES[split]]
+        for path in paths:
+            if not path.is_file():
+                raise DataError(f"{path}: missing; fetch CIFAR-10 again with: {FETCH}")
+
+        parts = [read_bin(p) for p in paths]      # raw bytes: nothing to cache
+        return np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts])
+    path = where / FILES[split]
     if not path.is_file():
-        raise DataError(f"{path}: missing; see the CIFAR-10 SOURCE.md for the two .npz files")
+        raise DataError(f"{path}: missing; see the CIFAR-10 SOURCE.md for the two .npz files, or fetch the "
+                        f"official archive with: {FETCH}")
     st = path.stat()
     params = {"file": path.name, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "version": 1}
 

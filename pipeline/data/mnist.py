@@ -1,16 +1,18 @@
-"""MNIST in its original IDX format (gzip-compressed or raw), as in ../shared/data/mnist."""
+"""MNIST in its original IDX format (gzip-compressed or raw) in ``<data_dir>/mnist/``; ``python -m
+pipeline.data.fetch mnist`` downloads the four official files there and checks their md5s."""
 from __future__ import annotations
 
 import gzip
 import struct
 from pathlib import Path
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 
 from pipeline.data.paths import find
 from pipeline.errors import DataError
 
+FETCH = "python -m pipeline.data.fetch mnist"
 _DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
@@ -40,15 +42,23 @@ def _file(folder: Path, stem: str) -> Path:
     for name in (f"{stem}.gz", stem):
         if (folder / name).is_file():
             return folder / name
-    raise DataError(f"{folder}: missing {stem}(.gz); see the MNIST SOURCE.md for the four files")
+    raise DataError(f"{folder}: missing {stem}(.gz); fetch the four files with: {FETCH}")
+
+
+def folder(cfg) -> Optional[Path]:
+    """The MNIST folder, or None."""
+    try:
+        return find(cfg, "mnist")
+    except DataError:
+        return None
 
 
 def load(cfg, split: str = "train") -> Tuple[np.ndarray, np.ndarray]:
     """(images uint8 (N, 28, 28), labels uint8 (N,)) for split 'train' (60000) or 'test' (10000)."""
-    folder = find(cfg, "mnist", "MNIST IDX files")
+    where = find(cfg, "mnist", f"fetch it with: {FETCH}")
     prefix = "train" if split == "train" else "t10k"
-    images = read_idx(_file(folder, f"{prefix}-images-idx3-ubyte"))
-    labels = read_idx(_file(folder, f"{prefix}-labels-idx1-ubyte"))
+    images = read_idx(_file(where, f"{prefix}-images-idx3-ubyte"))
+    labels = read_idx(_file(where, f"{prefix}-labels-idx1-ubyte"))
     if images.shape[0] != labels.shape[0]:
-        raise DataError(f"{folder}: {images.shape[0]} {split} images but {labels.shape[0]} labels")
+        raise DataError(f"{where}: {images.shape[0]} {split} images but {labels.shape[0]} labels")
     return images, labels

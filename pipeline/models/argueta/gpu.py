@@ -8,6 +8,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from pipeline.bench import Case, Variant
+from pipeline.models.argueta.costs import dense_cost, fewhot_cost, topn_cost
 from pipeline.gpu import kernels
 
 MODEL_DIR = "argueta"
@@ -176,7 +177,6 @@ def _dense(case: Case, ctx):
 
 
 def fewhot_variants() -> Dict[str, Variant]:
-    from pipeline.models.argueta.model import dense_cost, fewhot_cost
     return {
         "fewhot": Variant("fewhot", "ours", _fewhot_ours("paper"), fewhot_cost,
                           note="paper: one thread per output, 32x32 blocks", graph=True),
@@ -361,7 +361,6 @@ def _torch_topk(case: Case, ctx):
 
 
 def topn_variants(check_exact, check_ties) -> Dict[str, Variant]:
-    from pipeline.models.argueta.model import topn_cost
     return {
         "topn_atomic": Variant("topn_atomic", "ours", _topn_ours("atomic"), topn_cost, check=check_exact,
                                note="paper Alg. 4, corrected: 64-bit atomicMax insertion", graph=True),

@@ -9,9 +9,10 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from pipeline.bench import BENCH_COLUMNS, Case, Cost, Variant, best_metrics, failures, launch_floor, measure
-from pipeline.config import check_variants
+from pipeline.bench import BENCH_COLUMNS, Case, Variant, best_metrics, failures, launch_floor, measure
 from pipeline.models.argueta import reference as ref
+from pipeline.models.argueta.costs import dense_cost, fewhot_cost, topn_cost
+from pipeline.models.argueta.variants import FEWHOT, TOPN
 from pipeline.models.base import Model
 from pipeline.results import Report
 
@@ -19,10 +20,10 @@ from pipeline.results import Report
 FEWHOT_SMALL = dict(rows=8, vocab=300, width=36)
 TOPN_SMALL = dict(max_rows=4, vocab=1000)
 
-FEWHOT_GPU = ["fewhot", "fewhot_vec"]
-FEWHOT_GPU_BASE = ["cusparse", "dense_fp32"]
-TOPN_GPU = ["topn_atomic", "topn_early_exit", "topn_split", "topn_radix"]
-TOPN_GPU_BASE = ["softmax_topk", "torch_topk", "online_topk", "online_topk_fixed"]
+FEWHOT_GPU = FEWHOT.names("cuda", "ours")
+FEWHOT_GPU_BASE = FEWHOT.names("cuda", "baseline")
+TOPN_GPU = TOPN.names("cuda", "ours")
+TOPN_GPU_BASE = TOPN.names("cuda", "baseline")
 
 
 def _paper_col(gpu: str) -> str:
@@ -106,16 +107,6 @@ def _cpu_dense(case: Case, ctx):
     return lambda: {"C": D @ B}
 
 
-def fewhot_cost(case: Case) -> Cost:
-    L, M, N = (case.params[k] for k in ("L", "M", "N"))
-    return Cost(bytes=4.0 * (L * N * M + L * M) + 8.0 * L * N, flops=2.0 * L * N * M)
-
-
-def dense_cost(case: Case) -> Cost:
-    L, K, M = (case.params[k] for k in ("L", "K", "M"))
-    return Cost(bytes=4.0 * (L * K + K * M + L * M), flops=2.0 * L * K * M)
-
-
 def fewhot_cpu_variants() -> Dict[str, Variant]:
     return {
         "cpu": Variant("cpu", "ours", _cpu_gather, fewhot_cost, note="NumPy gather + reduceat (the paper's algorithm)"),
@@ -125,14 +116,14 @@ def fewhot_cpu_variants() -> Dict[str, Variant]:
 
 
 class FewhotModel(Model):
-    GPU_VARIANTS = FEWHOT_GPU + FEWHOT_GPU_BASE
-    CPU_VARIANTS = ["cpu", "cpu_sparse", "cpu_dense"]
+    GPU_VARIANTS = FEWHOT.names("cuda")
+    CPU_VARIANTS = FEWHOT.names("cpu")
 
     def prepare(self) -> None:
         m = self.cfg.model
-        names = check_variants(self.cfg, self.GPU_VARIANTS + self.CPU_VARIANTS)
-        self.ours, self.baselines, table = _choose(self, names, FEWHOT_GPU, FEWHOT_GPU_BASE, ["cpu"],
-                                                   ["cpu_sparse", "cpu_dense"], fewhot_cpu_variants(), "fewhot")
+        names = FEWHOT.check(self.cfg)
+        self.ours, self.baselines, table = _choose(self, names, FEWHOT_GPU, FEWHOT_GPU_BASE, FEWHOT.names("cpu", "ours"),
+                                                   FEWHOT.names("cpu", "baseline"), fewhot_cpu_variants(), "fewhot")
         self.variants = [table[n] for n in self.ours + self.baselines]
         if self.ctx.cuda:          # an empty kernel timed the same way: how low a lookup can go
             self.variants.append(launch_floor())
@@ -177,11 +168,6 @@ def _cpu_topn(fn):
     return build
 
 
-def topn_cost(case: Case) -> Cost:
-    L, K, N = (case.params[k] for k in ("L", "K", "N"))
-    return Cost(bytes=4.0 * L * K + 8.0 * L * N, flops=0.0)
-
-
 def topn_cpu_variants() -> Dict[str, Variant]:
     return {
         "cpu": Variant("cpu", "ours", _cpu_topn(ref.topn_cpu), topn_cost,
@@ -192,14 +178,14 @@ def topn_cpu_variants() -> Dict[str, Variant]:
 
 
 class TopnModel(Model):
-    GPU_VARIANTS = TOPN_GPU + TOPN_GPU_BASE
-    CPU_VARIANTS = ["cpu", "cpu_sort"]
+    GPU_VARIANTS = TOPN.names("cuda")
+    CPU_VARIANTS = TOPN.names("cpu")
 
     def prepare(self) -> None:
         m = self.cfg.model
-        names = check_variants(self.cfg, self.GPU_VARIANTS + self.CPU_VARIANTS)
-        self.ours, self.baselines, table = _choose(self, names, TOPN_GPU, TOPN_GPU_BASE, ["cpu"], ["cpu_sort"],
-                                                   topn_cpu_variants(), "topn_radix")
+        names = TOPN.check(self.cfg)
+        self.ours, self.baselines, table = _choose(self, names, TOPN_GPU, TOPN_GPU_BASE, TOPN.names("cpu", "ours"),
+                                                   TOPN.names("cpu", "baseline"), topn_cpu_variants(), "topn_radix")
         self.variants = [table[n] for n in self.ours + self.baselines]
         full = self.ctx.size == "full"
         K = int(m.vocab) if full else TOPN_SMALL["vocab"]

@@ -13,12 +13,13 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from pipeline.bench import Case, Variant
-from pipeline.config.bcm import BCM_VARIANTS
 from pipeline.gpu import blas, graphs, kernels
 from pipeline.gpu.transfer import upload_all
 from pipeline.models.bcm import reference as ref
+from pipeline.models.bcm.costs import TF32_TOL, bcm_cost, dense_check, dense_cost
+from pipeline.models.bcm.variants import BCM_KERNEL_NAMES
 
-OURS = BCM_VARIANTS
+OURS = BCM_KERNEL_NAMES
 THREADS = 256
 # bcm.cu's DFT_ROWS (rows a block), DFT_DR x DFT_DF and IDFT_DR (work a thread)
 DFT_ROWS, DFT_DR, DFT_DF, IDFT_DR = 32, 2, 2, 4
@@ -390,7 +391,6 @@ def _build_dense(precision: str):
 
 
 def variants() -> Dict[str, Variant]:
-    from pipeline.models.bcm.model import TF32_TOL, bcm_cost, dense_check, dense_cost
     out = {v: Variant(v, "ours", _build_bcm(v), bcm_cost, graph=True) for v in OURS}
     out["dense_fp32"] = Variant("dense_fp32", "baseline", _build_dense("fp32"), dense_cost("fp32"),
                                 check=dense_check, graph=True)

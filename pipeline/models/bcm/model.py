@@ -6,11 +6,11 @@ from typing import Dict, List
 
 import numpy as np
 
-from pipeline.bench import BENCH_COLUMNS, Case, Cost, Variant, best_metrics, failures, measure
-from pipeline.config import check_variants
-from pipeline.config.bcm import BCM_VARIANTS
+from pipeline.bench import BENCH_COLUMNS, Case, Variant, best_metrics, failures, measure
 from pipeline.models.base import Model
 from pipeline.models.bcm import reference as ref
+from pipeline.models.bcm.costs import TF32_TOL, bcm_cost, dense_check, dense_cost  # noqa: F401 (re-exported)
+from pipeline.models.bcm.variants import BCM_KERNEL_NAMES, DENSE, REGISTRY
 from pipeline.results import Report
 
 # Paper Table 3, and the small preset used on the CPU backend.
@@ -28,11 +28,10 @@ SMALL = {
 PAPER_SPEEDUP = {("A", 16): 1.12, ("A", 32): 2.1, ("A", 64): 3.5,
                  ("B", 16): 1.06, ("B", 32): 1.39, ("B", 64): 1.64}
 
-GPU_OURS = list(BCM_VARIANTS)
-GPU_BASELINES = ["dense_fp32", "dense_tf32"]
-CPU_OURS = ["cpu_fft"]
-CPU_BASELINES = ["cpu_dense"]
-TF32_TOL = 5e-3     # TF32 keeps 10 mantissa bits: ~1e-3 relative error is expected
+GPU_OURS = list(BCM_KERNEL_NAMES)
+GPU_BASELINES = list(DENSE)
+CPU_OURS = REGISTRY.names("cpu", "ours")
+CPU_BASELINES = REGISTRY.names("cpu", "baseline")
 
 
 def make_case(layer: str, k: int, batch: int, size: str, rng: np.random.Generator) -> Case:
@@ -63,38 +62,6 @@ def make_case(layer: str, k: int, batch: int, size: str, rng: np.random.Generato
         inputs["conv"] = shape
     name = f"{layer} k={k}"
     return Case(name=name, params=params, inputs=inputs, reference=reference)
-
-
-def bcm_cost(case: Case) -> Cost:
-    """Fewest bytes (inputs read once, outputs written once, float32) and the frequency-domain
-    multiply-accumulate flops (8 per complex MAC, three passes) plus the FFTs (~2.5 k log2 k per
-    real transform of length k)."""
-    n, p, q, k = (case.params[s] for s in ("n", "p", "q", "k"))
-    kf = k // 2 + 1
-    elems = 2 * n * q * k + 2 * n * p * k + 2 * p * q * k + 2 * p * k   # x, dx, g, a, w, dw, bias, db
-    macs = 3 * n * p * q * kf
-    ffts = (2 * n * q + 2 * n * p + 2 * p * q) * 2.5 * k * np.log2(k)
-    return Cost(bytes=4.0 * elems, flops=8.0 * macs + ffts)
-
-
-def dense_cost(precision: str):
-    def cost(case: Case) -> Cost:
-        n, p, q, k = (case.params[s] for s in ("n", "p", "q", "k"))
-        M, N = p * k, q * k
-        return Cost(bytes=4.0 * (2 * n * N + 2 * n * M + 2 * M * N), flops=3 * 2.0 * n * M * N, precision=precision)
-    return cost
-
-
-def dense_check(outputs, expected) -> Dict[str, float]:
-    """The dense layer returns the dense weight gradient: project it onto the circulant blocks
-    (what the BCM layer's gradient is) and compare everything with the reference."""
-    from pipeline.bench import compare, rel_error
-    from pipeline.gpu.transfer import to_host
-    errs = compare({k: outputs[k] for k in ("a", "dx", "db")}, {k: expected[k] for k in ("a", "dx", "db")})
-    p, q, k = expected["dw"].shape
-    dW = np.asarray(to_host(outputs["dW_dense"]), np.float64)
-    errs["dw"] = rel_error(ref.project_blocks(dW, p, q, k), expected["dw"])
-    return errs
 
 
 # ----------------------------------------------------------------------------- CPU variants
@@ -136,7 +103,7 @@ class BcmModel(Model):
 
     def prepare(self) -> None:
         m = self.cfg.model
-        names = check_variants(self.cfg, self.GPU_VARIANTS + self.CPU_VARIANTS)
+        names = REGISTRY.check(self.cfg)
         if self.ctx.cuda:
             from pipeline.models.bcm import gpu
             table = gpu.variants()

@@ -19,6 +19,17 @@ class Split:
     y: np.ndarray      # (n,) int32
 
 
+def available(cfg, name: str) -> bool:
+    """Whether the files of dataset ``name`` are there (digits always are: scikit-learn ships them)."""
+    if name == "cifar10":
+        from pipeline.data import cifar10
+        return cifar10.folder(cfg) is not None
+    if name == "mnist":
+        from pipeline.data import mnist
+        return mnist.folder(cfg) is not None
+    return name == "digits"
+
+
 def _raw(cfg, name: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """uint8/float (n, h, w, c) images and labels for train and test."""
     if name == "cifar10":

@@ -14,12 +14,14 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from pipeline.bench import rel_error
-from pipeline.config.bcm_cnn import BCM_VARIANTS
 from pipeline.models.base import Model
 from pipeline.models.bcm import reference as ref
 from pipeline.models.bcm_cnn import data as datasets
-from pipeline.models.bcm_cnn.net import ARCHS, Net
+from pipeline.models.bcm_cnn.net import ARCHS, Net, bcm_layer_sizes
+from pipeline.models.bcm_cnn.variants import REGISTRY
 from pipeline.results import Report
+
+BCM_VARIANTS = REGISTRY.names("cuda")
 
 # Paper §4.5 / Fig. 13: CIFAR-10 accuracy drop of the BCM network vs GEMM, percentage points.
 PAPER_GAP = {16: 1.4, 32: 2.3, 64: 5.2}
@@ -40,14 +42,19 @@ def _cpu_blas_single_thread(on: bool):
 
 
 class BcmCnnModel(Model):
-    GPU_VARIANTS = list(BCM_VARIANTS)
-    CPU_VARIANTS = ["cpu", "cpu_fft"]
+    GPU_VARIANTS = BCM_VARIANTS
+    CPU_VARIANTS = REGISTRY.names("cpu")
 
     # ---------------------------------------------------------------------------------- prepare
     def prepare(self) -> None:
         cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
         self.dataset = str(cfg.dataset.name)
-        asked = [str(v) for v in m.variants] or [str(cfg.kernel.name)]
+        fallback = str(cfg.dataset.get("fallback", "") or "")
+        if fallback and not datasets.available(cfg, self.dataset):
+            ctx.notice(f"dataset {self.dataset} is not in data_dir={cfg.data_dir}: training on {fallback} instead "
+                       f"(get it with: python -m pipeline.data.fetch {self.dataset})")
+            self.dataset = fallback
+        asked = REGISTRY.check(cfg)
         if ctx.cuda:
             gpu_only = [v for v in asked if v in BCM_VARIANTS]
             if len(gpu_only) < len(asked):
@@ -64,6 +71,8 @@ class BcmCnnModel(Model):
         self.spec = ARCHS[self.dataset]
         self.input_shape = tuple(self.train.x.shape[1:])
         ks = [int(k) for k in (list(m.block_sizes) or [m.block_size])]
+        if m.bcm:
+            self._warn_large_blocks(ks)
         self.nets: List[Dict[str, Any]] = []
         if m.dense_baseline:
             self.nets.append({"tag": "dense", "k": None, "bcm": False})
@@ -74,6 +83,21 @@ class BcmCnnModel(Model):
         ctx.notice(f"bcm_cnn on {self.dataset}: {len(self.train.y)} training / {len(self.test.y)} test images, "
                    f"{int(m.epochs)} epoch(s), batch {int(m.batch_size)}; networks: "
                    f"{', '.join(n['tag'] for n in self.nets)}")
+
+    def _warn_large_blocks(self, ks: List[int]) -> None:
+        """One line when a block is larger than a BCM layer it compresses: the layer is padded to a
+        single circulant block row or column, and such a network may not learn (digits, k=64)."""
+        sizes = bcm_layer_sizes(self.spec, self.input_shape)
+        if not sizes:
+            return
+        name, fin, fout = min(sizes, key=lambda t: min(t[1], t[2]))
+        smallest = min(fin, fout)
+        big = [k for k in ks if k > smallest]
+        if big:
+            key = "model.block_sizes" if list(self.cfg.model.block_sizes) else "block_size"
+            self.ctx.notice(f"warning: {key}={big[0] if len(big) == 1 else big} is larger than layer {name} of the "
+                            f"{self.dataset} network ({fin} -> {fout} features), so the layer is one padded block "
+                            f"and may not learn; use block sizes up to {1 << (smallest.bit_length() - 1)}")
 
     def transfer(self) -> None:
         import cupy

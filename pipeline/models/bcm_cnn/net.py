@@ -34,6 +34,29 @@ ARCHS: Dict[str, List[Spec]] = {
 }
 
 
+def bcm_layer_sizes(spec: Sequence[Spec], input_shape: Tuple[int, int, int]) -> List[Tuple[str, int, int]]:
+    """(name, in features, out features) of each layer the network makes block-circulant (names as
+    :class:`Net` gives them), from the architecture alone."""
+    h, w, c = input_shape
+    feat = None
+    out = []
+    for i, s in enumerate(spec):
+        if s[0] == "conv":
+            if s[2]:
+                out.append((f"conv{i}", 9 * c, s[1]))
+            c = s[1]
+        elif s[0] == "fc":
+            fin = feat if feat is not None else c
+            if s[2]:
+                out.append((f"fc{i}", fin, s[1]))
+            feat = s[1]
+        elif s[0] == "pool":
+            h, w = h // 2, w // 2
+        elif s[0] == "flatten":
+            feat = h * w * c
+    return out
+
+
 class LayerTimer:
     """Time spent in the linear products (BCM or dense, incl. im2col/col2im): CUDA events on the
     GPU (recorded without synchronising, summed at the end of an epoch), perf_counter on the CPU."""

@@ -10,6 +10,7 @@ import numpy as np
 
 from pipeline.models.wide.prep import WideData
 from pipeline.models.wide.reference import Params, chunks_per_step
+from pipeline.models.wide.variants import HOT_CACHE_SMEM_MAX, hot_cache_bytes, packed_width  # noqa: F401
 
 STAGE_THREADS = 256
 
@@ -204,19 +205,6 @@ class FlowTrainer(_Base):
         self.overlap.append((self.copy_ms + compute - wall) / max(1e-9, min(self.copy_ms, compute)))
         self.last = dict(copy_ms=self.copy_ms, compute_ms=compute, wall_ms=wall)
         return float(self.loss.get()[0]) / data.n, wall
-
-
-def packed_width(k: int) -> int:
-    """Floats per packed parameter row of the warp design: [w, v_0..v_{k-1}] padded to a multiple of 4."""
-    return 1 if k == 0 else (k + 4) & ~3
-
-
-HOT_CACHE_SMEM_MAX = 227 * 1024       # dynamic shared memory a block may opt in to on sm_90
-
-
-def hot_cache_bytes(hc: int, k: int) -> int:
-    """Shared memory of the warp design's hot-row cache: the rows and their step gradient."""
-    return 8 * int(hc) * packed_width(int(k))
 
 
 def inflight_chunks(mc, batch_chunks: int) -> int:

@@ -8,14 +8,13 @@ from typing import Dict, List
 
 import numpy as np
 
-from pipeline.config import check_variants
 from pipeline.models.base import Model
 from pipeline.models.wide import prep
 from pipeline.models.wide import reference as ref
+from pipeline.models.wide.variants import BY_MODEL, LR
 from pipeline.results import Report
 
-GPU_NAMES = ["flow", "stage", "torch"]
-ALL = GPU_NAMES + ["cpu"]
+GPU_NAMES = LR.names("cuda")      # wide_lr and wide_fm have the same variants
 
 
 class CpuTrainer:
@@ -46,11 +45,11 @@ def semantics(variant: str, update: str) -> str:
 
 class WideModel(Model):
     GPU_VARIANTS = GPU_NAMES
-    CPU_VARIANTS = ["cpu"]
+    CPU_VARIANTS = LR.names("cpu")
 
     def prepare(self) -> None:
         cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
-        names = check_variants(cfg, ALL)
+        names = BY_MODEL.get(str(m.name), LR).check(cfg)
         if not ctx.cuda:
             asked = [n for n in names if n != "cpu"]
             if asked:

@@ -7,18 +7,21 @@ unknown group option), which are condensed to one line. Set ``HYDRA_FULL_ERROR=1
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import re
 import signal
 import sys
 import traceback
 from pathlib import Path
+from typing import List, Optional
 
 import hydra
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.config import PROJECT_ROOT, register_all
+from pipeline.config import PROJECT_ROOT, register_all, schema_class, unknown_key_message
 from pipeline.errors import PipelineError
 
 register_all()
@@ -39,8 +42,31 @@ def _job(cfg: DictConfig) -> float:
     return float(report.metrics.get("summary/objective", 0.0))
 
 
+_OVERRIDE = re.compile(r"Could not override '([^']+)'")
+_NOT_IN = re.compile(r"Key '([^']+)' not in '([^']+)'")
+
+
+def _unknown_key(text: str) -> Optional[str]:
+    """Hydra's error for ``model.foo=1`` (a key the schema lacks) in our words: the key and its
+    closest match, without Hydra's hint to add it with ``+`` (which is refused as well)."""
+    over, not_in = _OVERRIDE.search(text), _NOT_IN.search(text)
+    if not (over and not_in):
+        return None
+    cls = schema_class(not_in.group(2))
+    if cls is None:
+        return None
+    return unknown_key_message(over.group(1), [f.name for f in dataclasses.fields(cls)])
+
+
 def one_line(e: BaseException) -> str:
     """Hydra/OmegaConf's multi-line message as one line; option lists without internal entries."""
+    chain, x = [], e
+    while x is not None and len(chain) < 4:
+        chain.append(str(x))
+        x = x.__cause__
+    unknown = _unknown_key("\n".join(chain))
+    if unknown:
+        return unknown
     parts, options = [], []
     while e is not None and len(parts) < 4:
         in_options = False
@@ -70,9 +96,18 @@ def _terminated(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _resolve_printed_config(argv: List[str]) -> None:
+    """``--cfg job`` and ``--help`` print the values in effect (a model's default for a common knob
+    is an interpolation, ``${first:${batch_size},1024}``): add Hydra's ``--resolve`` to them."""
+    shows = any(a in ("--cfg", "-c", "--help", "-h") or a.startswith("--cfg=") for a in argv[1:])
+    if shows and "--resolve" not in argv and "hydra" not in argv and "--cfg=hydra" not in argv:
+        argv.insert(1, "--resolve")
+
+
 def main() -> None:
     # SIGTERM (timeout, a batch system, kill) ends the run like Ctrl-C: MLflow marks it KILLED
     signal.signal(signal.SIGTERM, _terminated)
+    _resolve_printed_config(sys.argv)
     full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"   # let exceptions reach us; we print them
     try:

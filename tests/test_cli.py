@@ -119,3 +119,45 @@ def test_sigterm_marks_run_killed(tmp_path, mlflow_template):
     assert "error: interrupted" in err
     [run] = _runs(tmp_path)
     assert run.info.status == "KILLED"
+
+
+def test_cfg_job_shows_the_values_in_effect(cli):
+    """`--cfg job` prints each model's own defaults and a typed value, not interpolations."""
+    r = cli("model=wide_lr", "--cfg=job", timeout=120)
+    assert r.returncode == 0, r.stderr
+    model = r.stdout[r.stdout.index("model:"):r.stdout.index("dataset:")]
+    assert "  batch_size: 1024\n" in model and "  epochs: 3\n" in model, model
+    assert "${" not in r.stdout
+    r = cli("model=wide_lr", "batch_size=512", "--cfg=job", timeout=120)
+    model = r.stdout[r.stdout.index("model:"):r.stdout.index("dataset:")]
+    assert "  batch_size: 512\n" in model, model
+    r = cli("model=bcm_cnn", "--cfg=job", timeout=120)
+    model = r.stdout[r.stdout.index("model:"):r.stdout.index("dataset:")]
+    assert "  block_size: 32\n" in model and "  batch_size: 128\n" in model, model
+
+
+def test_help_says_what_kernel_is(cli):
+    r = cli("--help", timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "kernel      the variant under test" in out
+    assert any(ln.split()[:2] == ["sparse_dnn", "GPU:"] and "snig" in ln for ln in out.splitlines()), out
+    assert "${" not in out
+
+
+def test_bad_variant_opens_no_mlflow_run(cli, tmp_path):
+    r = cli("model=sparse_dnn", "kernel=dft", timeout=120)
+    assert r.returncode == 2, r.stderr
+    err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert err == ["error: kernel='dft' is not allowed: one of snig, pull, bf, cusparse, cpu for model=sparse_dnn"], r.stderr
+    assert _runs(tmp_path) == []
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["+model.foo=1"], "model.foo"), (["+foo_typo=1"], "foo_typo"),
+    (["model=wide_lr", "+model.lr_typo=0.1"], "model.lr_typo")])
+def test_added_typo_fails_before_any_run(cli, tmp_path, overrides, key):
+    r = cli(*overrides, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert f"error: {key} is not a known key" in r.stderr, r.stderr
+    assert _runs(tmp_path) == []

@@ -90,8 +90,9 @@ def load(cfg, split: str = "train") -> Tuple[np.ndarray, np.ndarray]:
         raise DataError(f"CIFAR-10 split {split!r}: expected 'train' or 'test'")
     where = folder(cfg)
     if where is None:
-        raise DataError(f"dataset 'cifar10' not found: no {OFFICIAL}/ or {JPEG}/ in data_dir={cfg.data_dir} or "
-                        f"{SHIPPED}; fetch it with: {FETCH} (or set data_dir=... / PIPELINE_DATA_DIR)")
+        roots = list(dict.fromkeys(str(Path(str(r))) for r in (cfg.data_dir, SHIPPED)))
+        raise DataError(f"dataset 'cifar10' not found: no {OFFICIAL}/ or {JPEG}/ in {' or '.join(roots)}; "
+                        f"fetch it with: {FETCH} (or set data_dir=... / PIPELINE_DATA_DIR)")
     if where.name == OFFICIAL:
         paths = [where / f for f in BIN_FILES[split]]
         for path in paths:

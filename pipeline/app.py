@@ -20,6 +20,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pipeline.config import PROJECT_ROOT, register_all
 from pipeline.errors import PipelineError
+from pipeline.tracking import SweepAbort
 
 register_all()
 
@@ -91,6 +92,9 @@ def main() -> None:
             raise
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(e.exit_code)
+    except SweepAbort as e:
+        print(f"error: {e.error}", file=sys.stderr, flush=True)
+        sys.exit(e.error.exit_code)
     except (HydraException, OmegaConfBaseException) as e:
         if full:
             raise

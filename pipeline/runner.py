@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from pipeline.config import validate
 from pipeline.context import make_context
 from pipeline.errors import ConfigError, VerificationError
+from pipeline.gpu import pool
 from pipeline.results import Report, format_table
 from pipeline.tracking import JobRun
 
@@ -36,11 +37,23 @@ def run(cfg: DictConfig, out_dir: Optional[Path] = None, echo: bool = True) -> R
     validate(cfg)
     out_dir = Path(out_dir) if out_dir else Path.cwd()
     cls = model_class(str(cfg.model.impl))
+    with pool.claim(cfg) as gpus:      # before CUDA is initialised in this process
+        if gpus.active:
+            with open_dict(cfg):
+                cfg.gpu = 0            # the job's first GPU, as CUDA_VISIBLE_DEVICES now shows it
+                cfg.pool.assigned = ",".join(gpus.gpus)
+        return _run(cfg, cls, out_dir, echo, gpus)
+
+
+def _run(cfg: DictConfig, cls, out_dir: Path, echo: bool, gpus: "pool.Claim") -> Report:
     job = JobRun(cfg)
     with job.active():
         ctx = make_context(cfg, out_dir)
         job.set_tags({"backend": ctx.backend, "size": ctx.size,
-                      "gpu": ctx.device.name if ctx.device else "none"})
+                      "gpu": ctx.device.name if ctx.device else "none", **gpus.tags()})
+        if gpus.shared and ctx.cuda:
+            ctx.notice(f"pool.share=true: GPU {','.join(gpus.gpus)} may be shared with other jobs of this "
+                       "sweep; its times are not those of a GPU of its own")
         model = cls(cfg, ctx)
         stage_s = {}
         report = None
@@ -54,6 +67,12 @@ def run(cfg: DictConfig, out_dir: Optional[Path] = None, echo: bool = True) -> R
                 report = result
         assert isinstance(report, Report), f"{cls.__name__}.report() must return a Report"
         report.notes = ctx.notices + report.notes
+        if gpus.shared and ctx.cuda:
+            for r in report.rows:
+                if "median_ms" in r:
+                    r["gpu"] = "shared " + ",".join(gpus.gpus)
+            if report.columns and "gpu" not in report.columns:
+                report.columns.append("gpu")
         for k, v in stage_s.items():
             report.metrics[f"stage_seconds/{k}"] = v
         if ctx.peaks is not None:

@@ -51,6 +51,11 @@ def setup(tcfg) -> str:
     array. Every process therefore opens the store under one file lock beside it; the first creates
     and migrates it, the others wait and then find it ready."""
     import mlflow
+    if server_uri(tcfg):
+        uri = server_uri(tcfg)
+        check_server(uri)
+        mlflow.set_tracking_uri(uri)
+        return uri
     from filelock import FileLock, Timeout
     d = store_dir(tcfg)
     d.mkdir(parents=True, exist_ok=True)
@@ -69,6 +74,31 @@ def setup(tcfg) -> str:
     return uri
 
 
+def server_uri(tcfg) -> str:
+    """The tracking server's URI (tracking=server), or "" for the embedded SQLite store."""
+    return str(tcfg.get("uri", "") or "").rstrip("/")
+
+
+def check_server(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail fast, in one line naming the URI, when the tracking server does not answer."""
+    import json
+    import urllib.error
+    import urllib.request
+    if not uri.startswith(("http://", "https://")):
+        raise PipelineError(f"tracking.uri={uri!r} is not allowed: an http(s) URL of an MLflow tracking server, "
+                            "e.g. http://127.0.0.1:5000 (start one with scripts/mlflow_server.sh)")
+    req = urllib.request.Request(f"{uri}/api/2.0/mlflow/experiments/search",
+                                 data=json.dumps({"max_results": 1}).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            r.read()
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise PipelineError(f"tracking server {uri} does not answer ({reason}); start it "
+                            "(scripts/mlflow_server.sh) or fix tracking.uri") from None
+
+
 def experiment_id(name: str, tcfg) -> str:
     """Get or create an experiment by name (safe when several processes race)."""
     from mlflow.exceptions import MlflowException
@@ -78,6 +108,8 @@ def experiment_id(name: str, tcfg) -> str:
     if exp is not None:
         return exp.experiment_id
     try:
+        if server_uri(tcfg):   # the server stores (and serves) the artifacts
+            return client.create_experiment(name)
         return client.create_experiment(name, artifact_location=(store_dir(tcfg) / "mlartifacts" / name).as_uri())
     except MlflowException:
         exp = client.get_experiment_by_name(name)
@@ -205,6 +237,16 @@ class JobRun:
             mlflow.set_tag("failures", "; ".join(report.failures)[:4000])
 
 
+class SweepAbort(BaseException):
+    """Stops a sweep before any job starts. Hydra turns an ``Exception`` raised by a callback into a
+    warning and goes on launching jobs; this is not an ``Exception``, so it reaches the CLI, which
+    prints the wrapped one-line error."""
+
+    def __init__(self, error: PipelineError):
+        super().__init__(str(error))
+        self.error = error
+
+
 class SweepCallback(Callback):
     """Hydra callback (conf/config.yaml: hydra.callbacks.mlflow_sweep)."""
 
@@ -214,7 +256,10 @@ class SweepCallback(Callback):
         if not config.tracking.enabled:
             return
         from mlflow.tracking import MlflowClient
-        setup(config.tracking)
+        try:
+            setup(config.tracking)    # an unreachable server or a locked store: before any job starts
+        except PipelineError as e:
+            raise SweepAbort(e) from None
         name = str(config.tracking.experiment or config.model.name)
         exp = experiment_id(name, config.tracking)
         overrides = " ".join(config.hydra.overrides.task) if "hydra" in config else ""
@@ -243,6 +288,14 @@ class SweepCallback(Callback):
         client = MlflowClient()
         failed = True
         try:
+            runs = client.search_runs([client.get_run(parent).info.experiment_id],
+                                      filter_string=f"tags.mlflow.parentRunId = '{parent}'",
+                                      order_by=["attributes.start_time ASC"])
+            for r in runs:   # a job whose process died (SIGKILL, a node lost) left its run RUNNING
+                if r.info.status == "RUNNING":
+                    client.set_tag(r.info.run_id, "error", "the job's process ended before its run did "
+                                   "(killed, or the sweep was interrupted)")
+                    client.set_terminated(r.info.run_id, status=status or "FAILED")
             runs = client.search_runs([client.get_run(parent).info.experiment_id],
                                       filter_string=f"tags.mlflow.parentRunId = '{parent}'",
                                       order_by=["attributes.start_time ASC"])

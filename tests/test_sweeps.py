@@ -215,8 +215,8 @@ def _rest(uri, path, body):
 
 @pytest.mark.slow
 def test_sweep_logs_to_a_tracking_server(server, tmp_path):
-    r = run_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *FAST, "tracking=server",
-             f"tracking.uri={server}", "seed=1,2,3"], tmp_path)
+    r = run_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=4", *FAST, "tracking=server",
+             f"tracking.uri={server}", "seed=" + ",".join(str(i) for i in range(16))], tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     exps = _rest(server, "experiments/search", {"max_results": 100})["experiments"]
     ids = [e["experiment_id"] for e in exps]
@@ -225,7 +225,7 @@ def test_sweep_logs_to_a_tracking_server(server, tmp_path):
     parent = [run for run, t in zip(runs, tags) if t.get("sweep") == "true"]
     assert len(parent) == 1 and parent[0]["info"]["status"] == "FINISHED"
     kids = [run for run, t in zip(runs, tags) if t.get("mlflow.parentRunId") == parent[0]["info"]["run_id"]]
-    assert len(kids) == 3 and {k["info"]["status"] for k in kids} == {"FINISHED"}
+    assert len(kids) == 16 and {k["info"]["status"] for k in kids} == {"FINISHED"}
     # artifacts went through the server (proxied) into its artifact store
     assert any((tmp_path / "server-artifacts").rglob("results.csv"))
 
@@ -263,3 +263,37 @@ def test_sweep_end_marks_runs_of_dead_jobs(tmp_path, monkeypatch):
         assert "ended before its run" in client.get_run(dead.info.run_id).data.tags["error"]
         assert client.get_run(done.info.run_id).info.status == "FINISHED"
         assert client.get_run(parent).info.status == expect
+
+
+@pytest.mark.slow
+def test_a_killed_job_is_marked_and_the_others_finish(tmp_path):
+    """submitit's local executor runs each job in its own process: SIGKILL one mid-run; the other
+    jobs finish, the dead job's run ends FAILED (not RUNNING), the sweep says so in one line."""
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "pipeline", "-m", "hydra/launcher=submitit_local", "model=bcm_cnn",
+           "dataset=digits", "backend=cpu", "progress=false", "epochs=30", f"tracking.dir={store}",
+           "seed=1,2,3", f"hydra.sweep.dir={tmp_path}/multirun"]
+    sweep = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = None
+    t0 = time.time()
+    while victim is None and time.time() - t0 < 300:
+        time.sleep(1)
+        if not (store / "mlflow.db").exists():
+            continue
+        try:
+            running = [r for r in runs_in(store) if r.info.status == "RUNNING" and r.data.tags.get("sweep") != "true"]
+        except Exception:
+            continue
+        if running:
+            out = subprocess.run(["pgrep", "-f", "submitit.core._submit"], capture_output=True, text=True).stdout.split()
+            if out:
+                victim = int(out[0])
+    assert victim is not None, "no job started"
+    os.kill(victim, signal.SIGKILL)
+    _, err = sweep.communicate(timeout=900)
+    assert sweep.returncode != 0
+    assert err.strip().splitlines()[-1].startswith("error: a job of the sweep died")
+    parent, kids = _children_and_parent(runs_in(store))
+    statuses = sorted(k.info.status for k in kids)
+    assert "RUNNING" not in statuses and statuses.count("FINISHED") == 2, statuses
+    assert parent.info.status == "FAILED"

@@ -237,7 +237,7 @@ def test_flatten_and_metric_key():
 
 @pytest.mark.slow
 def test_independent_processes_create_a_fresh_store_once(tmp_path):
-    """8 `python -m pipeline` processes started at the same moment against a store that does not
+    """16 `python -m pipeline` processes started at the same moment against a store that does not
     exist yet (two terminals, a shell loop, a cluster array): the first creates and migrates it under
     the store's file lock, the others wait; every run finishes and the store stays usable."""
     import os
@@ -251,14 +251,14 @@ def test_independent_processes_create_a_fresh_store_once(tmp_path):
            f"tracking.dir={store}", "bench.warmup=0", "bench.min_repeats=2", "bench.min_time_ms=1",
            f"hydra.run.dir={tmp_path}/runs/${{now:%H%M%S%f}}"]
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for _ in range(8)]
+             for _ in range(16)]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-2000:]
         assert "Traceback" not in out, out[-2000:]
     client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 8
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 16
     # and the store still takes a run afterwards
     exp = tracking.experiment_id("after", OmegaConf.create({"dir": str(store)}))
     assert client.create_run(exp).info.status == "RUNNING"

@@ -241,4 +241,18 @@ def test_floor_rows_are_neither_checked_nor_ranked(ctx):
     assert by["floor"]["ok"] is None and np.isnan(by["floor"]["rel_err"]) and by["floor"]["median_ms"] > 0
     assert "x_vs_base" in by["floor"]
     assert bench.failures(rows) == []
-    assert bench.best_metrics(rows, ["base"])["summary/c1/best_ms"] == by["good"]["median_ms"]
+    assert bench.best_metrics(rows, ["base"])["best_ms"] == by["good"]["median_ms"]
+
+
+def test_best_metrics_one_case_and_several():
+    """One case: the same names in every run (best_ms, x_vs_<baseline>); several: named per case."""
+    def row(case, v, kind, ms, ok=True):
+        return {"case": case, "variant": v, "kind": kind, "ok": ok, "median_ms": ms, "x_vs_b": 4.0 / ms}
+    one = [row("A k=16", "x", "ours", 2.0), row("A k=16", "y", "ours", 1.0), row("A k=16", "z", "ours", 0.5, ok=False),
+           row("A k=16", "b", "baseline", 4.0)]
+    assert bench.best_metrics(one, ["b"]) == {"best_ms": 1.0, "x_vs_b": 4.0, "summary/objective": 1.0}
+    two = one + [row("A k=32", "x", "ours", 3.0), row("A k=32", "b", "baseline", 4.0)]
+    m = bench.best_metrics(two, ["b"])
+    assert m["summary/A k=16/best_ms"] == 1.0 and m["summary/A k=32/best_ms"] == 3.0
+    assert m["summary/A k=32/best_x_vs_b"] == pytest.approx(4 / 3) and "best_ms" not in m
+    assert m["summary/objective"] == 2.0

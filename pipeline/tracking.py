@@ -213,6 +213,10 @@ class JobRun:
         case = case_params(report)
         if case:
             mlflow.log_params(case)
+        unstable = sorted({f"{r.get('case', '')}/{r['variant']}".lstrip("/") for r in report.rows
+                           if r.get("ratio_unstable") == "yes"})
+        if unstable:   # a ratio that moved from round to round: the machine's load changed
+            mlflow.set_tags({"ratio_unstable": "true", "ratio_unstable.rows": ", ".join(unstable)[:4000]})
         for k, vals in report.series.items():
             if k in self.logged_series:   # logged live, epoch by epoch (Context.log_epoch)
                 continue

@@ -203,6 +203,26 @@ class JobRun:
             import mlflow
             mlflow.set_tags({k: str(v) for k, v in tags.items()})
 
+    def log_epoch(self, metrics: Dict[str, float], step: int) -> None:
+        """One epoch's values, logged at once (Context.log_epoch)."""
+        if not self.enabled:
+            return
+        import mlflow
+        keyed = {metric_key(k): v for k, v in metrics.items()}
+        mlflow.log_metrics(keyed, step=step)
+        self.logged_series |= set(metrics)
+
+    def log_interrupted(self, stage: str, report: Report, out_dir: Path) -> None:
+        """Tag the run as interrupted (in ``stage``) and log what the partial report has; never
+        raises, so that the interrupt itself goes on (the run then ends KILLED)."""
+        if not self.enabled:
+            return
+        import mlflow
+        with contextlib.suppress(Exception):
+            mlflow.set_tags({"interrupted": "true", "interrupted_stage": stage})
+        with contextlib.suppress(Exception):
+            self.log_report(report, out_dir)
+
     def log_report(self, report: Report, out_dir: Path) -> None:
         if not self.enabled:
             return

@@ -155,6 +155,7 @@ class BcmCnnModel(Model):
             acc = self._evaluate(net, Xt, Yt)
             for key, v in (("train_loss", train_loss), ("test_acc", acc), ("epoch_s", epoch_s), ("layer_s", layer_s)):
                 hist[key].append(v)
+            ctx.log_epoch({f"{entry['tag']}/{key}": vals[-1] for key, vals in hist.items()}, epoch)
             print(f"[bcm_cnn] {entry['tag']} epoch {epoch + 1}/{epochs}: train loss {train_loss:.4f}, "
                   f"test acc {100 * acc:.2f}%, epoch {epoch_s:.2f} s (linear layers {layer_s:.2f} s)", flush=True)
             if not math.isfinite(train_loss):

@@ -67,6 +67,10 @@ class WideModel(Model):
                     self.ours = [v for v in self.ours if v != "torch"] or ["flow"]
                     self.baselines = [v for v in self.baselines if v != "torch"]
         self.data = prep.prepare(cfg, ctx.size, int(m.chunk), int(m.hot))
+        classes = np.unique(np.asarray(self.data.yva))
+        if classes.size < 2:
+            ctx.notice(f"val_auc is undefined (nan): every one of the {len(self.data.yva)} validation rows has "
+                       f"label {classes[0]:g} and AUC needs both classes; the validation loss is unaffected")
         self.update = str(m["update"])
         self.epochs = int(m.epochs)
         self.trainers: Dict[str, object] = {}

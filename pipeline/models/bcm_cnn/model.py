@@ -1,4 +1,4 @@
-"""model=bcm_cnn: train a CNN whose conv and FC layers are block-circulant (notes §4.5, Fig. 13)
+"""model=bcm_cnn: train a CNN whose conv and FC layers are block-circulant (paper §4.5, Fig. 13)
 beside the same network with dense layers, on CIFAR-10, MNIST or scikit-learn's digits; report
 per-epoch loss, test accuracy and epoch time, and the accuracy gap and epoch-time ratio BCM vs dense.
 

@@ -24,7 +24,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import PipelineError
-from pipeline.results import Report, format_table, to_csv, variant_metrics
+from pipeline.results import Report, case_columns, format_table, to_csv, variant_metrics
 
 PARENT_ENV = "PIPELINE_MLFLOW_PARENT_RUN"
 EXPERIMENT_ENV = "PIPELINE_MLFLOW_EXPERIMENT"
@@ -137,7 +137,8 @@ def report_metrics(report: Report) -> Dict[str, float]:
         metrics.update({metric_key(k): v for k, v in uniform["metrics"].items()})
         return metrics
     for r in report.rows:
-        name = metric_key(r.get("case"), r.get("variant"))
+        case = r.get("case") or " ".join(f"{c}={r.get(c)}" for c in case_columns(r))
+        name = metric_key(case, r.get("variant"))
         for col, v in r.items():
             if (col in ROW_COLUMNS or col.startswith("x_vs_")) and isinstance(v, numbers.Real) \
                     and not isinstance(v, bool) and v == v:

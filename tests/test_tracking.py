@@ -242,6 +242,10 @@ def test_report_metrics_one_case_and_several():
     m = tracking.report_metrics(Report(rows=several))
     assert m["A k_8/v/median_ms"] == 1.0 and m["A k_16/v/median_ms"] == 3.0 and "v/median_ms" not in m
     assert tracking.case_params(Report(rows=several)) == {}
+    # several cases without a case column: named by their case columns
+    nets = [{"network": n, "N": 1024, "variant": "pull", "kind": "ours", "x_vs_bf": x} for n, x in (("a", 2.0), ("b", 3.0))]
+    m = tracking.report_metrics(Report(rows=nets))
+    assert m == {"network_a N_1024/pull/x_vs_bf": 2.0, "network_b N_1024/pull/x_vs_bf": 3.0}
     # rows with no case column (one row per variant): the variant's name alone
     m = tracking.report_metrics(Report(rows=[{"variant": "flow", "kind": "ours", "epoch_ms": 1.5, "val_auc": 0.7}]))
     assert m == {"flow/epoch_ms": 1.5, "flow/val_auc": 0.7}

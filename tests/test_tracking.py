@@ -308,7 +308,10 @@ def test_independent_processes_create_a_fresh_store_once(tmp_path):
     client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert sorted(r.info.status for r in runs) == ["FINISHED"] * 8
-    # and the store still takes a run afterwards
+    # and the store still takes a run afterwards (experiment_id uses the process's tracking URI,
+    # which an earlier test may have pointed at its own store)
+    import mlflow
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     exp = tracking.experiment_id("after", OmegaConf.create({"dir": str(store)}))
     assert client.create_run(exp).info.status == "RUNNING"
 

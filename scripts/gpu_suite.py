@@ -12,6 +12,7 @@ README's results table (between ``<!-- results:start -->`` and ``<!-- results:en
 headline measure of each model (``HEADLINES``):
 
     python3 scripts/gpu_suite.py render docs/gpu-runs/*.json
+    python3 scripts/gpu_suite.py rename docs/gpu-runs/*.json      # records of other names
 
 Benchmarks run through the CLI (``python -m pipeline <overrides>``) with a private MLflow store, and
 their results are read back from it, so what is recorded is exactly what a user's run logs.
@@ -491,7 +492,24 @@ def main() -> None:
     g.add_argument("--to", default=str(ROOT / "docs" / "gpu-results.md"))
     g.add_argument("--readme", default=str(ROOT / "README.md"),
                    help="README whose results block is regenerated ('' to leave it alone)")
+    n = sub.add_parser("rename", help="rename records to <date>_<GPU>_<commit>_<part>.json (git mv when tracked)")
+    n.add_argument("files", nargs="+")
     a = ap.parse_args()
+    if a.cmd == "rename":
+        for f in map(Path, a.files):
+            to = f.with_name(record_name(json.loads(f.read_text())))
+            if to == f:
+                continue
+            if to.exists():
+                raise SystemExit(f"error: {to} exists; {f} holds the same part, GPU, commit and minute")
+            tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(f)], cwd=ROOT,
+                                     capture_output=True).returncode == 0
+            if tracked:
+                subprocess.run(["git", "mv", str(f), str(to)], cwd=ROOT, check=True)
+            else:
+                f.rename(to)
+            print(f"{f} -> {to.name}")
+        return
     if a.cmd == "render":
         files = [Path(f) for f in a.files]
         Path(a.to).write_text(render(files))

@@ -110,3 +110,14 @@ def test_committed_records_and_readme_agree():
     readme = (ROOT / "README.md").read_text()
     assert suite.update_readme(readme, suite.results_table(recs)) == readme
     assert "| `bcm` |" in readme and "2.62x" in readme
+
+
+def test_rename_gives_records_their_names(tmp_path):
+    import subprocess
+    import sys
+    rec = _bcm_bench("NVIDIA H200, 1, 2 MiB", "2026-01-02 10:00 UTC", 0.05)
+    (tmp_path / "bench-old.json").write_text(json.dumps(rec))
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_suite.py"), "rename", str(tmp_path / "bench-old.json")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert [f.name for f in tmp_path.iterdir()] == ["2026-01-02T1000Z_H200_abc1234_bench.json"]

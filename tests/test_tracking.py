@@ -278,6 +278,18 @@ def test_sweep_children_share_metric_names(compose, store, tmp_path, capsys):
     assert c.get_run(parent).info.status == "FINISHED"
 
 
+def test_unstable_ratio_tags_the_run(cfg, tmp_path):
+    rows = [{"case": "A k=8", "variant": "v", "kind": "ours", "median_ms": 1.0, "x_vs_b": 2.0, "ratio_spread": 0.4,
+             "ratio_unstable": "yes"},
+            {"case": "A k=8", "variant": "b", "kind": "baseline", "median_ms": 2.0}]
+    job = tracking.JobRun(cfg)
+    with job.active():
+        job.log_report(Report(rows=rows), tmp_path)
+    [run] = all_runs(cfg)
+    assert run.data.tags["ratio_unstable"] == "true" and run.data.tags["ratio_unstable.rows"] == "A k=8/v"
+    assert run.data.metrics["v/ratio_spread"] == 0.4
+
+
 def test_flatten_and_metric_key():
     assert tracking.flatten({"a": {"b": 1, "c": [1, 2]}, "d": "x"}) == {"a.b": 1, "a.c": [1, 2], "d": "x"}
     assert tracking.metric_key("A k=64", "fused", "median_ms") == "A k_64/fused/median_ms"

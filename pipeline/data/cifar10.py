@@ -1,4 +1,4 @@
-"""CIFAR-10 from the JPEG-packed .npz files of ../shared/data/cifar10-jpeg (see its SOURCE.md):
+"""CIFAR-10 from the JPEG-packed .npz files in ``<data_dir>/cifar10-jpeg`` (its SOURCE.md says how they were made):
 decoded with Pillow once and cached (pipeline/data/cache.py) as uint8 arrays."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MNIST in its original IDX format (gzip-compressed or raw), as in ../shared/data/mnist."""
+"""MNIST in its original IDX format (gzip-compressed or raw), read from ``<data_dir>/mnist``."""
 from __future__ import annotations
 
 import gzip

@@ -1,4 +1,4 @@
-"""A small CNN whose conv (via im2col, notes §2.7) and FC layers are block-circulant (BCM) or
+"""A small CNN whose conv (via im2col: a patch a row, so one matrix product) and FC layers are block-circulant (BCM) or
 dense, trained with SGD + momentum. The glue (ReLU, 2x2 max-pooling, softmax cross-entropy,
 the optimizer) is written once against an array module ``xp`` (NumPy on the CPU, CuPy on the GPU).
 The linear products run the project's code: on the GPU :class:`pipeline.models.bcm.gpu.BcmLinear`
@@ -9,7 +9,7 @@ with our im2col/col2im kernels; on the CPU the NumPy FFT reference
 Tensors are NHWC. A layer spec is a tuple: ``("conv", cout, bcm)`` (3x3, stride 1, pad 1),
 ``("fc", out, bcm)``, ``("relu",)``, ``("pool",)`` (2x2, stride 2), ``("flatten",)``. ``bcm`` marks
 the layers that become block-circulant in the BCM network; the dense network uses the same spec
-with every layer dense. Sizes that are not multiples of k are zero-padded (notes §5.7).
+with every layer dense. Sizes that are not multiples of k are zero-padded.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pipeline.models.bcm import reference as ref
 
 Spec = Tuple
 
-# The networks (notes §3: "4 conv + 3 FC + softmax" for CIFAR-10; the paper gives no details).
+# The networks (the paper says "4 conv + 3 FC + softmax" for CIFAR-10 and gives no more detail).
 ARCHS: Dict[str, List[Spec]] = {
     "cifar10": [("conv", 64, False), ("relu",), ("conv", 64, True), ("relu",), ("pool",),
                 ("conv", 128, True), ("relu",), ("conv", 128, True), ("relu",), ("pool",), ("flatten",),

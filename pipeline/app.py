@@ -23,6 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pipeline.config import PROJECT_ROOT, register_all, schema_class, unknown_key_message
 from pipeline.errors import PipelineError
+from pipeline.tracking import SweepAbort
 
 register_all()
 
@@ -126,6 +127,9 @@ def main() -> None:
             raise
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(e.exit_code)
+    except SweepAbort as e:
+        print(f"error: {e.error}", file=sys.stderr, flush=True)
+        sys.exit(e.error.exit_code)
     except (HydraException, OmegaConfBaseException) as e:
         if full:
             raise
@@ -134,8 +138,17 @@ def main() -> None:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Exception:
+    except Exception as e:
         if full:
             raise
+        if type(e).__name__ in LAUNCHER_JOB_DIED:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            print(f"error: a job of the sweep died ({type(e).__name__}: {first}); its run is marked FAILED, the "
+                  "runs of the jobs that finished are in MLflow", file=sys.stderr, flush=True)
+            sys.exit(1)
         traceback.print_exc()
         sys.exit(1)
+
+
+# what the parallel launchers raise when a job's process died (SIGKILL, out of memory, a lost node)
+LAUNCHER_JOB_DIED = ("TerminatedWorkerError", "UncompletedJobError", "FailedJobError")

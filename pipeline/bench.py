@@ -7,9 +7,11 @@ enqueues the work and returns its outputs. :func:`measure` then, for every varia
 
 1. calls ``run()`` once and compares each output with the reference (relative error
    ``||out - ref|| / ||ref||``, float64); a NaN or an unwritten (poisoned) element fails;
-2. times ``run()`` with :mod:`pipeline.timing` (warm-up, repeats, median, IQR);
+2. times the ``run()`` of all variants of the case together, interleaved round by round
+   (:func:`pipeline.timing.time_interleaved`: warm-up, repeats, median, IQR);
 3. derives achieved GB/s and GFLOP/s from the variant's cost model and the fraction of the
-   device's measured peak, and the speedup of each variant over each baseline from the same run.
+   device's measured peak, and the speedup of each variant over each baseline from the same
+   rounds (the median of per-round ratios, with their spread and a ``ratio_unstable`` flag).
 """
 from __future__ import annotations
 
@@ -85,16 +87,27 @@ def compare(outputs: Dict[str, Any], expected: Dict[str, np.ndarray]) -> Dict[st
     return {k: rel_error(to_host(outputs[k]), v) for k, v in expected.items()}
 
 
+RATIO_SPREAD = 0.10   # bench.ratio_spread: a ratio whose per-round IQR exceeds this share of it is unstable
+
+
 def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, tolerance: float,
             speedup_over: Sequence[str] = ()) -> List[Dict[str, Any]]:
-    """Rows of (case, variant) measurements; see the module docstring."""
+    """Rows of (case, variant) measurements; see the module docstring.
+
+    The variants of a case are checked one by one, then timed together, interleaved
+    (:func:`pipeline.timing.time_interleaved`), so that a ratio sees the same load on both sides.
+    ``x_vs_<b>`` is the median of the per-round ratios ``b``'s time / the variant's time;
+    ``ratio_spread`` the largest of their interquartile ranges over their medians, and
+    ``ratio_unstable`` is set (with a notice) when it exceeds ``bench.ratio_spread``."""
+    from pipeline.timing import time_interleaved
     rows: List[Dict[str, Any]] = []
+    limit = float(ctx.cfg.bench.get("ratio_spread", RATIO_SPREAD))
     total = len(cases) * len(variants)
     bar = ctx.progress(range(total), desc="measure", total=total)
     it = iter(bar)
     for case in cases:
         expected = case.expected()
-        case_rows = []
+        case_rows, runs, streams = [], [], []
         for v in variants:
             next(it, None)
             if hasattr(bar, "set_postfix_str"):
@@ -123,7 +136,12 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
                 tol = v.tolerance if v.tolerance is not None else tolerance
                 ok = bool(np.isfinite(err) and err <= tol)
                 row.update(rel_err=err, tol=tol, ok=ok)
-            t = ctx.time(run, stream=stream)
+            del outputs
+            case_rows.append(row)
+            runs.append(run)
+            streams.append(stream)
+        timed = time_interleaved(runs, ctx.cfg.bench, ctx.backend, streams)
+        for v, row, t in zip(variants, case_rows, timed.timings):
             row.update(median_ms=t.median_ms, iqr_ms=t.iqr_ms, min_ms=t.min_ms, reps=t.n)
             if v.cost is not None:
                 c = v.cost(case)
@@ -133,13 +151,23 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
                 if ctx.peaks is not None:
                     floor = max(c.bytes / ctx.peaks.bandwidth(), c.flops / ctx.peaks.flops(c.precision))
                     row["pct_peak"] = 100.0 * floor / sec
-            case_rows.append(row)
-            del run, outputs
-        by_name = {r["variant"]: r for r in case_rows}
-        for r in case_rows:
+        del runs
+        index = {r["variant"]: i for i, r in enumerate(case_rows)}
+        for i, r in enumerate(case_rows):
+            spreads = []
             for b in speedup_over:
-                if b in by_name and b != r["variant"]:
-                    r[f"x_vs_{b}"] = by_name[b]["median_ms"] / r["median_ms"]
+                if b in index and b != r["variant"]:
+                    ratio = timed.ratio(index[b], i)
+                    r[f"x_vs_{b}"] = ratio.median
+                    spreads.append(ratio.spread)
+            if spreads:
+                r["ratio_spread"] = max(spreads)
+                r["ratio_unstable"] = "yes" if r["ratio_spread"] > limit else "no"
+        unstable = [r["variant"] for r in case_rows if r.get("ratio_unstable") == "yes" and r["kind"] != "floor"]
+        if unstable:
+            ctx.notice(f"{case.name}: ratios of {', '.join(unstable)} vary by more than {100 * limit:.0f} % "
+                       f"from round to round (see ratio_spread): the machine's load changed during the "
+                       f"measurement; rerun on a quiet machine or raise bench.min_time_ms")
         rows += case_rows
     if hasattr(bar, "close"):
         bar.close()
@@ -161,7 +189,8 @@ def launch_floor() -> Variant:
     return Variant("launch_floor", "floor", build, None, graph=True, note="empty kernel: the timing floor")
 
 
-BENCH_COLUMNS = ["case", "variant", "kind", "graph", "median_ms", "iqr_ms", "rel_err", "ok", "gbps", "gflops", "pct_peak"]
+BENCH_COLUMNS = ["case", "variant", "kind", "graph", "median_ms", "iqr_ms", "rel_err", "ok", "gbps", "gflops", "pct_peak",
+                 "ratio_spread", "ratio_unstable"]
 
 
 def failures(rows: Sequence[Dict[str, Any]]) -> List[str]:
@@ -170,8 +199,10 @@ def failures(rows: Sequence[Dict[str, Any]]) -> List[str]:
 
 
 def best_metrics(rows: Sequence[Dict[str, Any]], baselines: Sequence[str]) -> Dict[str, float]:
-    """``summary/<case>/best_ms`` and ``best_x_vs_<baseline>`` of the fastest correct variant of
-    ours per case, and ``summary/objective`` (their mean time) for sweeps."""
+    """The fastest correct variant of ours: ``best_ms`` and ``x_vs_<baseline>`` (its ratio over each
+    baseline) when the rows are one case, so that every run of a sweep logs the same names; per
+    case ``summary/<case>/best_ms`` and ``summary/<case>/best_x_vs_<baseline>`` when there are
+    several. ``summary/objective`` (the mean of the best times) for sweeps either way."""
     best: Dict[str, Dict[str, Any]] = {}
     for r in rows:
         if r["kind"] == "ours" and r.get("ok"):
@@ -179,11 +210,13 @@ def best_metrics(rows: Sequence[Dict[str, Any]], baselines: Sequence[str]) -> Di
             if b is None or r["median_ms"] < b["median_ms"]:
                 best[r["case"]] = r
     out: Dict[str, float] = {}
+    one_case = len({r["case"] for r in rows}) == 1
     for case, r in best.items():
-        out[f"summary/{case}/best_ms"] = r["median_ms"]
+        prefix = "" if one_case else f"summary/{case}/best_"
+        out["best_ms" if one_case else f"summary/{case}/best_ms"] = r["median_ms"]
         for b in baselines:
             if f"x_vs_{b}" in r:
-                out[f"summary/{case}/best_x_vs_{b}"] = r[f"x_vs_{b}"]
+                out[f"{prefix}x_vs_{b}"] = r[f"x_vs_{b}"]
     if best:
         out["summary/objective"] = float(np.mean([r["median_ms"] for r in best.values()]))
     return out

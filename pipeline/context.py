@@ -2,10 +2,12 @@
 the size preset, the GPU (with its measured ceilings), timing, progress and the output folder."""
 from __future__ import annotations
 
+import math
+import numbers
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from omegaconf import DictConfig
 
@@ -22,6 +24,10 @@ class Context:
     device: Optional[object] = None   # pipeline.gpu.device.DeviceInfo
     peaks: Optional[object] = None    # pipeline.gpu.peaks.Peaks
     notices: List[str] = field(default_factory=list)
+    # per-epoch values as they came: name -> [(step, value)]; epoch_sink (the runner's MLflow run)
+    # receives each epoch at once, so that an interrupted run keeps the epochs it finished
+    epochs: Dict[str, List[Tuple[int, float]]] = field(default_factory=dict)
+    epoch_sink: Optional[Callable[[Dict[str, float], int], None]] = None
 
     @property
     def cuda(self) -> bool:
@@ -42,6 +48,17 @@ class Context:
         if self.cuda:
             return timer_for("cuda")(fn, self.cfg.bench, stream=stream)
         return timer_for(self.backend)(fn, self.cfg.bench)
+
+    def log_epoch(self, metrics: Dict[str, float], step: int) -> None:
+        """Record one epoch's values (``{"train_loss": ..., "val_auc": ...}``, step = epoch index)
+        as soon as they are known. Use the names the report's ``series`` will have: the runner
+        logs them live and does not log those series again."""
+        clean = {k: float(v) for k, v in metrics.items()
+                 if isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))}
+        for k, v in clean.items():
+            self.epochs.setdefault(k, []).append((int(step), v))
+        if self.epoch_sink is not None and clean:
+            self.epoch_sink(clean, int(step))
 
     def notice(self, msg: str) -> None:
         self.notices.append(msg)

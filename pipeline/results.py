@@ -1,5 +1,9 @@
 """What a run produces: a results table, summary metrics, per-epoch series, figures, and the list
-of failed checks. Also the plain-text table the terminal shows."""
+of failed checks. Also the plain-text table the terminal shows.
+
+A row lists the columns that describe its case first (``case``, ``layer``, ``k``, ``N``, ...), then
+``variant``, then what was measured (``kind``, ``median_ms``, ``x_vs_<baseline>``, ...):
+:func:`case_columns` and :func:`variant_metrics` rely on that order."""
 from __future__ import annotations
 
 import math
@@ -29,6 +33,48 @@ class Report:
         self.figures.update(other.figures)
         self.failures += other.failures
         self.notes += other.notes
+
+
+CASE_END = "variant"                 # the column that ends a row's case description
+NOT_MEASURES = {"kind", "ok", "tol", "reps", "graph"}
+
+
+def case_columns(row: Dict[str, Any]) -> List[str]:
+    """The columns of ``row`` before ``variant``: what the case is (empty without a ``variant``)."""
+    cols = list(row)
+    return cols[: cols.index(CASE_END)] if CASE_END in cols else []
+
+
+def _number(v: Any) -> Optional[float]:
+    if isinstance(v, (bool, str)) or v is None or not isinstance(v, numbers.Real):
+        return None
+    f = float(v)
+    return f if f == f else None
+
+
+def variant_metrics(rows: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """For a report whose rows are one case (each variant in one row): ``{"metrics": {"<variant>/<col>":
+    value}, "case": {col: value}}``: every numeric measurement of every variant under a name that
+    does not depend on the case, and the case's columns (the same in every row) for params. So
+    every run of a sweep logs the same names, whatever knob the sweep turns. ``None`` when a
+    variant appears in several rows (a multi-case run: its keys name the case)."""
+    names = [r.get(CASE_END) for r in rows]
+    if not rows or None in names or len(set(names)) != len(names):
+        return None
+    case: Dict[str, Any] = {}
+    cols = case_columns(rows[0])
+    for c in cols:
+        vals = {str(r.get(c)) for r in rows}
+        if len(vals) == 1:
+            case[c] = rows[0].get(c)
+    metrics: Dict[str, float] = {}
+    for r in rows:
+        skip = set(case_columns(r)) | NOT_MEASURES | {CASE_END}
+        for c, v in r.items():
+            f = _number(v)
+            if c not in skip and f is not None:
+                metrics[f"{r[CASE_END]}/{c}"] = f
+    return {"metrics": metrics, "case": case}
 
 
 def _fmt(v: Any) -> str:

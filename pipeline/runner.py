@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 from pipeline.config import validate
 from pipeline.context import make_context
 from pipeline.errors import ConfigError, VerificationError
+from pipeline.gpu import pool
 from pipeline.results import Report, format_table
 from pipeline.tracking import JobRun
 
@@ -36,30 +37,49 @@ def run(cfg: DictConfig, out_dir: Optional[Path] = None, echo: bool = True) -> R
     validate(cfg)
     out_dir = Path(out_dir) if out_dir else Path.cwd()
     cls = model_class(str(cfg.model.impl))
+    with pool.claim(cfg) as gpus:      # before CUDA is initialised in this process
+        if gpus.active:
+            with open_dict(cfg):
+                cfg.gpu = 0            # the job's first GPU, as CUDA_VISIBLE_DEVICES now shows it
+                cfg.pool.assigned = ",".join(gpus.gpus)
+        return _run(cfg, cls, out_dir, echo, gpus)
+
+
+def _run(cfg: DictConfig, cls, out_dir: Path, echo: bool, gpus: "pool.Claim") -> Report:
     job = JobRun(cfg)
     with job.active():
         ctx = make_context(cfg, out_dir)
+        ctx.epoch_sink = job.log_epoch
         job.set_tags({"backend": ctx.backend, "size": ctx.size,
-                      "gpu": ctx.device.name if ctx.device else "none"})
+                      "gpu": ctx.device.name if ctx.device else "none", **gpus.tags()})
+        if gpus.shared and ctx.cuda:
+            ctx.notice(f"pool.share=true: GPU {','.join(gpus.gpus)} may be shared with other jobs of this "
+                       "sweep; its times are not those of a GPU of its own")
         model = cls(cfg, ctx)
         stage_s = {}
         report = None
-        for stage in STAGES:
-            if stage == "transfer" and not ctx.cuda:
-                continue
-            t0 = time.perf_counter()
-            result = getattr(model, stage)()
-            stage_s[stage] = time.perf_counter() - t0
-            if stage == "report":
-                report = result
+        stage = "init"
+        try:
+            for stage in STAGES:
+                if stage == "transfer" and not ctx.cuda:
+                    continue
+                t0 = time.perf_counter()
+                result = getattr(model, stage)()
+                stage_s[stage] = time.perf_counter() - t0
+                if stage == "report":
+                    report = result
+        except KeyboardInterrupt:
+            _keep_what_was_measured(job, model, ctx, stage, stage_s, out_dir)
+            raise
         assert isinstance(report, Report), f"{cls.__name__}.report() must return a Report"
         report.notes = ctx.notices + report.notes
-        for k, v in stage_s.items():
-            report.metrics[f"stage_seconds/{k}"] = v
-        if ctx.peaks is not None:
-            report.metrics.update({"device/copy_gbps": ctx.peaks.copy_gbps,
-                                   "device/fp32_tflops": ctx.peaks.fp32_tflops,
-                                   "device/tf32_tflops": ctx.peaks.tf32_tflops})
+        if gpus.shared and ctx.cuda:
+            for r in report.rows:
+                if "median_ms" in r:
+                    r["gpu"] = "shared " + ",".join(gpus.gpus)
+            if report.columns and "gpu" not in report.columns:
+                report.columns.append("gpu")
+        _add_run_metrics(report, ctx, stage_s)
         job.log_report(report, out_dir)
         if echo:
             title = report.title or f"{cfg.model.name} on {ctx.device.name if ctx.device else 'CPU (NumPy)'}"
@@ -69,3 +89,33 @@ def run(cfg: DictConfig, out_dir: Optional[Path] = None, echo: bool = True) -> R
         if report.failures:
             raise VerificationError(f"{len(report.failures)} check(s) failed, first: {report.failures[0]}")
     return report
+
+
+def _add_run_metrics(report: Report, ctx, stage_s) -> None:
+    for k, v in stage_s.items():
+        report.metrics[f"stage_seconds/{k}"] = v
+    if ctx.peaks is not None:
+        report.metrics.update({"device/copy_gbps": ctx.peaks.copy_gbps,
+                               "device/fp32_tflops": ctx.peaks.fp32_tflops,
+                               "device/tf32_tflops": ctx.peaks.tf32_tflops})
+
+
+def _keep_what_was_measured(job: JobRun, model, ctx, stage: str, stage_s, out_dir: Path) -> None:
+    """An interrupt (Ctrl-C, SIGTERM) during ``stage``: the epochs already went to MLflow as they
+    came (Context.log_epoch); log what else there is (the model's report if it can make one from
+    what it finished, else the notices) and tag the run ``interrupted``. The run then ends KILLED."""
+    report = None
+    if stage in ("execute", "verify", "report"):
+        try:
+            report = model.report()
+        except Exception:        # half-finished state: keep the epochs and the notices only
+            report = None
+    partial = report if isinstance(report, Report) else Report()
+    done = sum(len(v) for v in ctx.epochs.values())
+    msg = (f"interrupted in {stage}" + (f" after {max(len(v) for v in ctx.epochs.values())} epoch(s)"
+                                        if done else "") + ": what was measured so far is logged")
+    partial.notes = ctx.notices + partial.notes + [msg]
+    partial.failures = []
+    _add_run_metrics(partial, ctx, stage_s)
+    print(f"[pipeline] {msg}", file=sys.stderr, flush=True)
+    job.log_interrupted(stage, partial, out_dir)

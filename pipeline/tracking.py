@@ -24,7 +24,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import PipelineError
-from pipeline.results import Report, format_table, to_csv
+from pipeline.results import Report, case_columns, format_table, to_csv, variant_metrics
 
 PARENT_ENV = "PIPELINE_MLFLOW_PARENT_RUN"
 EXPERIMENT_ENV = "PIPELINE_MLFLOW_EXPERIMENT"
@@ -51,6 +51,11 @@ def setup(tcfg) -> str:
     array. Every process therefore opens the store under one file lock beside it; the first creates
     and migrates it, the others wait and then find it ready."""
     import mlflow
+    if server_uri(tcfg):
+        uri = server_uri(tcfg)
+        check_server(uri)
+        mlflow.set_tracking_uri(uri)
+        return uri
     from filelock import FileLock, Timeout
     d = store_dir(tcfg)
     d.mkdir(parents=True, exist_ok=True)
@@ -69,6 +74,31 @@ def setup(tcfg) -> str:
     return uri
 
 
+def server_uri(tcfg) -> str:
+    """The tracking server's URI (tracking=server), or "" for the embedded SQLite store."""
+    return str(tcfg.get("uri", "") or "").rstrip("/")
+
+
+def check_server(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail fast, in one line naming the URI, when the tracking server does not answer."""
+    import json
+    import urllib.error
+    import urllib.request
+    if not uri.startswith(("http://", "https://")):
+        raise PipelineError(f"tracking.uri={uri!r} is not allowed: an http(s) URL of an MLflow tracking server, "
+                            "e.g. http://127.0.0.1:5000 (start one with scripts/mlflow_server.sh)")
+    req = urllib.request.Request(f"{uri}/api/2.0/mlflow/experiments/search",
+                                 data=json.dumps({"max_results": 1}).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            r.read()
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        raise PipelineError(f"tracking server {uri} does not answer ({reason}); start it "
+                            "(scripts/mlflow_server.sh) or fix tracking.uri") from None
+
+
 def experiment_id(name: str, tcfg) -> str:
     """Get or create an experiment by name (safe when several processes race)."""
     from mlflow.exceptions import MlflowException
@@ -78,6 +108,8 @@ def experiment_id(name: str, tcfg) -> str:
     if exp is not None:
         return exp.experiment_id
     try:
+        if server_uri(tcfg):   # the server stores (and serves) the artifacts
+            return client.create_experiment(name)
         return client.create_experiment(name, artifact_location=(store_dir(tcfg) / "mlartifacts" / name).as_uri())
     except MlflowException:
         exp = client.get_experiment_by_name(name)
@@ -118,6 +150,43 @@ def _run_name(cfg) -> str:
         return str(cfg.model.name)
 
 
+ROW_COLUMNS = ("median_ms", "iqr_ms", "rel_err", "gbps", "gflops", "pct_peak")
+
+
+def report_metrics(report: Report) -> Dict[str, float]:
+    """What a report logs as MLflow metrics: its own metrics, and its rows' measurements.
+
+    A one-case report (each variant in one row) logs ``<variant>/<column>`` for every numeric
+    column, the same names in every run of a sweep whatever knob it turns (the case goes to params,
+    :func:`case_params`); a multi-case report logs ``<case>/<variant>/<column>`` for the timing
+    columns and the ratios."""
+    metrics: Dict[str, float] = {}
+    for k, v in report.metrics.items():
+        if isinstance(v, numbers.Real) and not isinstance(v, bool) and v == v:   # also NumPy scalars
+            metrics[metric_key(k)] = float(v)
+    uniform = variant_metrics(report.rows)
+    if uniform is not None:
+        metrics.update({metric_key(k): v for k, v in uniform["metrics"].items()})
+        return metrics
+    for r in report.rows:
+        case = r.get("case") or " ".join(f"{c}={r.get(c)}" for c in case_columns(r))
+        name = metric_key(case, r.get("variant"))
+        for col, v in r.items():
+            if (col in ROW_COLUMNS or col.startswith("x_vs_")) and isinstance(v, numbers.Real) \
+                    and not isinstance(v, bool) and v == v:
+                metrics[f"{name}/{col}"] = float(v)
+    return metrics
+
+
+def case_params(report: Report) -> Dict[str, str]:
+    """The case of a one-case report as params (``case`` = its name, ``case.<column>``: layer, k,
+    N, L, ...), so that a sweep's runs can be charted against any of them."""
+    uniform = variant_metrics(report.rows)
+    if uniform is None:
+        return {}
+    return {("case" if c == "case" else f"case.{c}"): str(v)[:500] for c, v in uniform["case"].items()}
+
+
 class JobRun:
     """The MLflow side of one job (a no-op when tracking is disabled)."""
 
@@ -125,6 +194,7 @@ class JobRun:
         self.cfg = cfg
         self.enabled = bool(cfg.tracking.enabled)
         self.run_id: Optional[str] = None
+        self.logged_series: set = set()
 
     @contextlib.contextmanager
     def active(self) -> Iterator["JobRun"]:
@@ -166,27 +236,43 @@ class JobRun:
             import mlflow
             mlflow.set_tags({k: str(v) for k, v in tags.items()})
 
+    def log_epoch(self, metrics: Dict[str, float], step: int) -> None:
+        """One epoch's values, logged at once (Context.log_epoch)."""
+        if not self.enabled:
+            return
+        import mlflow
+        keyed = {metric_key(k): v for k, v in metrics.items()}
+        mlflow.log_metrics(keyed, step=step)
+        self.logged_series |= set(metrics)
+
+    def log_interrupted(self, stage: str, report: Report, out_dir: Path) -> None:
+        """Tag the run as interrupted (in ``stage``) and log what the partial report has; never
+        raises, so that the interrupt itself goes on (the run then ends KILLED)."""
+        if not self.enabled:
+            return
+        import mlflow
+        with contextlib.suppress(Exception):
+            mlflow.set_tags({"interrupted": "true", "interrupted_stage": stage})
+        with contextlib.suppress(Exception):
+            self.log_report(report, out_dir)
+
     def log_report(self, report: Report, out_dir: Path) -> None:
         if not self.enabled:
             return
         import mlflow
-        metrics: Dict[str, float] = {}
-        for k, v in report.metrics.items():
-            if isinstance(v, numbers.Real) and v == v:   # numbers.Real: also NumPy scalars
-                metrics[metric_key(k)] = float(v)
-        for r in report.rows:
-            name = metric_key(r.get("case"), r.get("variant"))
-            for col in ("median_ms", "iqr_ms", "rel_err", "gbps", "gflops", "pct_peak"):
-                v = r.get(col)
-                if isinstance(v, numbers.Real) and v == v:
-                    metrics[f"{name}/{col}"] = float(v)
-            for col, v in r.items():
-                if col.startswith("x_vs_") and isinstance(v, numbers.Real) and v == v:
-                    metrics[f"{name}/{col}"] = v
-        items = list(metrics.items())
+        items = list(report_metrics(report).items())
         for i in range(0, len(items), 1000):
             mlflow.log_metrics(dict(items[i:i + 1000]))
+        case = case_params(report)
+        if case:
+            mlflow.log_params(case)
+        unstable = sorted({f"{r.get('case', '')}/{r['variant']}".lstrip("/") for r in report.rows
+                           if r.get("ratio_unstable") == "yes"})
+        if unstable:   # a ratio that moved from round to round: the machine's load changed
+            mlflow.set_tags({"ratio_unstable": "true", "ratio_unstable.rows": ", ".join(unstable)[:4000]})
         for k, vals in report.series.items():
+            if k in self.logged_series:   # logged live, epoch by epoch (Context.log_epoch)
+                continue
             for step, v in enumerate(vals):
                 if v == v:
                     mlflow.log_metric(metric_key(k), float(v), step=step)
@@ -205,6 +291,16 @@ class JobRun:
             mlflow.set_tag("failures", "; ".join(report.failures)[:4000])
 
 
+class SweepAbort(BaseException):
+    """Stops a sweep before any job starts. Hydra turns an ``Exception`` raised by a callback into a
+    warning and goes on launching jobs; this is not an ``Exception``, so it reaches the CLI, which
+    prints the wrapped one-line error."""
+
+    def __init__(self, error: PipelineError):
+        super().__init__(str(error))
+        self.error = error
+
+
 class SweepCallback(Callback):
     """Hydra callback (conf/config.yaml: hydra.callbacks.mlflow_sweep)."""
 
@@ -214,7 +310,10 @@ class SweepCallback(Callback):
         if not config.tracking.enabled:
             return
         from mlflow.tracking import MlflowClient
-        setup(config.tracking)
+        try:
+            setup(config.tracking)    # an unreachable server or a locked store: before any job starts
+        except PipelineError as e:
+            raise SweepAbort(e) from None
         name = str(config.tracking.experiment or config.model.name)
         exp = experiment_id(name, config.tracking)
         overrides = " ".join(config.hydra.overrides.task) if "hydra" in config else ""
@@ -246,6 +345,14 @@ class SweepCallback(Callback):
             runs = client.search_runs([client.get_run(parent).info.experiment_id],
                                       filter_string=f"tags.mlflow.parentRunId = '{parent}'",
                                       order_by=["attributes.start_time ASC"])
+            for r in runs:   # a job whose process died (SIGKILL, a node lost) left its run RUNNING
+                if r.info.status == "RUNNING":
+                    client.set_tag(r.info.run_id, "error", "the job's process ended before its run did "
+                                   "(killed, or the sweep was interrupted)")
+                    client.set_terminated(r.info.run_id, status=status or "FAILED")
+            runs = client.search_runs([client.get_run(parent).info.experiment_id],
+                                      filter_string=f"tags.mlflow.parentRunId = '{parent}'",
+                                      order_by=["attributes.start_time ASC"])
             failed = any(r.info.status != "FINISHED" for r in runs)
             rows: List[Dict[str, Any]] = []
             for r in runs:
@@ -253,6 +360,8 @@ class SweepCallback(Callback):
                 for k, v in sorted(r.data.metrics.items()):
                     if k.startswith("summary/"):
                         row[k[len("summary/"):]] = v
+                    elif "/" not in k:            # the run's headline: best_ms, x_vs_<baseline>, ...
+                        row[k] = v
                 rows.append(row)
             cols: List[str] = []
             for r in rows:

@@ -1,4 +1,5 @@
-# Source on the lent GPU machine, from the project root, after staging (scripts/stage_device.sh):
+# Source on a GPU machine without network access, from the project root, after staging
+# (scripts/stage_device.sh):
 #   source scripts/device_env.sh
 # Installs the carried wheels (PyCUDA, Hydra, MLflow client + SQLite store deps) and sets paths.
 source .whl/setup.sh

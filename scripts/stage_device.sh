@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Stage what a lent GPU machine needs into .whl/ (git-ignored): the shared wheels and datasets,
-# plus the SQLite-store dependencies of the MLflow client. Then call the device tool's run with
-# carry [".whl"] and a command starting:  source scripts/device_env.sh && ...
+# Stage what a GPU machine without network access needs into .whl/ (git-ignored): wheels and
+# datasets from the staging script beside the checkout, plus the SQLite-store dependencies of the
+# MLflow client; then, on that machine:  source scripts/device_env.sh && ...
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 bash ../shared/device/stage.sh "$@"

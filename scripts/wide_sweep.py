@@ -66,7 +66,7 @@ def default(model):
 
 LRM, FMM = ("lr", LR), ("fm", FM)
 # every setting keeps one mini-batch (1024 samples) in flight unless its name says otherwise
-# (2batches: model.inflight=64 chunks of 32, LR's default since session 5)
+# (2batches: model.inflight=64 chunks of 32, LR's default)
 SETTINGS = [
     default(LRM), default(FMM), chunk(LRM),
     warp(LRM, 1, 8, hot=256), warp(LRM, 1, 1), warp(LRM, 1, 16, hot=1024), warp(LRM, 2, 8, hot=256),

@@ -16,7 +16,7 @@ def fc_case(n, out, inp, k):
     r = np.random.default_rng(np.random.SeedSequence().entropy)
     p, q, out_p, in_p = ref.blocks(out, inp, k)
     x = np.zeros((n, in_p), np.float32)
-    x[:, :inp] = r.standard_normal((n, inp))            # zero padding of the features (notes §1.1)
+    x[:, :inp] = r.standard_normal((n, inp))            # zero padding of the features
     w = (r.standard_normal((p, q, k)) / np.sqrt(q * k)).astype(np.float32)
     b = r.standard_normal(p * k).astype(np.float32)
     g = r.standard_normal((n, out_p)).astype(np.float32)

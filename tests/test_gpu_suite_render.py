@@ -1,7 +1,10 @@
-"""scripts/gpu_suite.py render: a newer record supersedes an older one per test and per GPU model."""
+"""scripts/gpu_suite.py: rendering of docs/gpu-results.md (a newer record supersedes an older one per test and
+per GPU model), the README's results table, and the names of the records."""
 import importlib.util
 import json
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,3 +48,76 @@ def test_render_supersedes_per_test_and_per_gpu(tmp_path):
     # the same benchmark on two GPU models: both are shown, each with its GPU
     assert "| H200 | wide_lr |" in md and "x_vs_stage 11.5" in md
     assert "| H100 80GB HBM3 | wide_lr |" in md and "x_vs_stage 6.8" in md
+
+
+def _bcm_bench(gpu, date, dft_ms, run="model=bcm experiment=bcm_layers progress=false backend=cuda"):
+    rows = [{"case": "A k=64", "variant": "dft", "kind": "ours", "ok": "True", "median_ms": str(dft_ms)},
+            {"case": "A k=64", "variant": "tiled", "kind": "ours", "ok": "False", "median_ms": "0.001"},  # failed check
+            {"case": "A k=64", "variant": "dense_fp32", "kind": "baseline", "ok": "True", "median_ms": "0.6"},
+            {"case": "A k=64", "variant": "dense_tf32", "kind": "baseline", "ok": "True", "median_ms": "0.2"},
+            {"case": "A k=32", "variant": "dft", "kind": "ours", "ok": "True", "median_ms": "0.01"},        # other case
+            {"case": "A k=64", "variant": "launch_floor", "kind": "floor", "ok": "", "median_ms": "0.003"}]
+    return {"part": "bench", "gpu": gpu, "date": date, "commit": "abc1234", "models": ["bcm"], "seconds": 1,
+            "data": {"jobs": [], "runs": [{"experiment": "bcm", "run": run, "status": "FINISHED", "rows": rows,
+                                           "metrics": {}}]}}
+
+
+def test_results_table_latest_record_per_gpu():
+    suite = _suite()
+    recs = [_bcm_bench("NVIDIA H200, 1, 2 MiB", "2026-01-01 10:00 UTC", 0.1),
+            _bcm_bench("NVIDIA H200, 1, 2 MiB", "2026-01-02 10:00 UTC", 0.05),
+            _bcm_bench("NVIDIA H100 80GB HBM3, 1, 2 MiB", "2026-01-01 12:00 UTC", 0.08),
+            _bcm_bench("NVIDIA H200, 1, 2 MiB", "2026-01-03 10:00 UTC", 0.01, run="model=bcm block_size=16")]
+    rows = suite.results_rows(recs, suite.HEADLINES[:1])
+    assert [(r["gpu"], r["date"]) for r in rows] == [("H200", "2026-01-02"), ("H100 80GB HBM3", "2026-01-01")]
+    h200 = rows[0]
+    assert h200["ours"] == {"value": 0.05, "name": "dft"}                # not the failed 'tiled', not k=32
+    assert h200["baseline"] == {"value": 0.2, "name": "dense_tf32"}      # the best baseline, not the floor
+    assert h200["ratio"] == pytest.approx(4.0)
+    table = suite.results_table(recs, suite.HEADLINES[:1]).splitlines()
+    assert table[0] == "| model | measure | ours | best baseline | ratio | GPU | date |"
+    assert table[2].startswith("| `bcm` |") and "`dft` 0.05 ms | `dense_tf32` 0.2 ms | 4x | H200 | 2026-01-02 |" in table[2]
+    assert len(table) == 4
+
+
+def test_update_readme_replaces_only_the_block():
+    suite = _suite()
+    text = "# T\n\nbefore\n<!-- results:start -->\nold table\n<!-- results:end -->\nafter\n"
+    new = suite.update_readme(text, "| a |\n|---|")
+    assert new.startswith("# T\n\nbefore\n<!-- results:start -->\n") and new.endswith("\n| a |\n|---|\n<!-- results:end -->\nafter\n")
+    assert "old table" not in new and suite.update_readme(new, "| a |\n|---|") == new
+    with pytest.raises(SystemExit, match="results:start"):
+        suite.update_readme("no markers", "x")
+
+
+def test_record_names_date_gpu_commit_part():
+    suite = _suite()
+    rec = {"part": "bench", "gpu": "NVIDIA H100 80GB HBM3, 580.1, 81559 MiB", "date": "2026-11-21 13:55 UTC",
+           "commit": "35e8cea"}
+    assert suite.record_name(rec) == "2026-11-21T1355Z_H100-80GB-HBM3_35e8cea_bench.json"
+    assert suite.record_name(dict(rec, commit="?"), "fm") == "2026-11-21T1355Z_H100-80GB-HBM3_unknown_bench-fm.json"
+
+
+def test_committed_records_and_readme_agree():
+    """Every record in docs/gpu-runs is named after what it holds, and the README's table is the one
+    generated from them (rerun `scripts/gpu_suite.py render docs/gpu-runs/*.json` after adding one)."""
+    suite = _suite()
+    files = sorted((ROOT / "docs" / "gpu-runs").glob("*.json"))
+    assert files
+    recs = [json.loads(f.read_text()) for f in files]
+    for f, r in zip(files, recs):
+        assert f.name == suite.record_name(r), f.name
+    readme = (ROOT / "README.md").read_text()
+    assert suite.update_readme(readme, suite.results_table(recs)) == readme
+    assert "| `bcm` |" in readme and "2.62x" in readme
+
+
+def test_rename_gives_records_their_names(tmp_path):
+    import subprocess
+    import sys
+    rec = _bcm_bench("NVIDIA H200, 1, 2 MiB", "2026-01-02 10:00 UTC", 0.05)
+    (tmp_path / "bench-old.json").write_text(json.dumps(rec))
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_suite.py"), "rename", str(tmp_path / "bench-old.json")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert [f.name for f in tmp_path.iterdir()] == ["2026-01-02T1000Z_H200_abc1234_bench.json"]

@@ -44,6 +44,87 @@ def test_time_cpu_min_time_and_cap():
     assert t.n == 5 and len(calls) == 5                 # max_repeats caps a long min_time
 
 
+class FakeClock:
+    """perf_counter for pipeline.timing that advances only when a timed function 'runs': a call
+    of ``cost_ms`` takes ``cost_ms * load`` where ``load(call number)`` models a busy machine."""
+
+    def __init__(self, load):
+        self.now = 0.0
+        self.calls = 0
+        self.load = load
+        self.order = []
+
+    def fn(self, name, cost_ms):
+        def run():
+            self.order.append(name)
+            self.now += cost_ms * self.load(self.calls) * 1e-3
+            self.calls += 1
+        return run
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    def make(load):
+        clock = FakeClock(load)
+        monkeypatch.setattr(timing, "time", SimpleNamespace(perf_counter=lambda: clock.now))
+        return clock
+    return make
+
+
+def test_time_interleaved_rounds_alternate_and_balance(fake_clock):
+    """Rounds time every function in turn, reversed every other round; a fast function is called
+    more often a round so each gets about the samples it would get alone."""
+    clock = fake_clock(lambda i: 1.0)
+    fast, slow = clock.fn("f", 0.1), clock.fn("s", 10.0)
+    res = timing.time_interleaved([fast, slow], policy(warmup=1, min_repeats=4, max_repeats=100, min_time_ms=40))
+    timed = clock.order[2:]                       # after one warm-up call each
+    assert res.timings[1].n == 4 and len(res.rounds[0]) == len(res.rounds[1]) == 4
+    assert res.timings[0].n == 100                # 40 ms of 0.1 ms calls, capped at max_repeats: 25 a round
+    assert timed[:26] == ["f"] * 25 + ["s"] and timed[26:52] == ["s"] + ["f"] * 25     # f s | s f | ...
+    assert res.timings[0].median_ms == pytest.approx(0.1) and res.timings[1].median_ms == pytest.approx(10.0)
+    assert res.ratio(1, 0).median == pytest.approx(100.0) and res.ratio(1, 0).spread == pytest.approx(0.0)
+
+
+def test_ratio_holds_when_load_comes_and_goes(fake_clock):
+    """A machine that turns 20x slower half-way: timed one after the other, variant b would be timed
+    loaded and a quiet (ratio 40 instead of 2); interleaved, the ratio stays 2 and is stable."""
+    n = policy(warmup=1, min_repeats=10, max_repeats=10, min_time_ms=0)
+    clock = fake_clock(lambda i: 1.0 if i < 12 else 20.0)
+    a, b = clock.fn("a", 1.0), clock.fn("b", 2.0)
+    seq = [timing.time_cpu(a, n), timing.time_cpu(b, n)]
+    assert seq[1].median_ms / seq[0].median_ms > 10                      # the flipped ratio of the issue
+    clock = fake_clock(lambda i: 1.0 if i < 12 else 20.0)
+    a, b = clock.fn("a", 1.0), clock.fn("b", 2.0)
+    r = timing.time_interleaved([a, b], n).ratio(1, 0)
+    assert r.median == pytest.approx(2.0) and r.spread < 0.1 and r.n == 10
+
+
+def test_measure_flags_an_unstable_ratio(ctx, fake_clock, capsys):
+    """Load that changes from call to call moves the per-round ratio: the row says so, and a notice."""
+    rng = np.random.default_rng(3)
+    case = _case(rng, "c1")
+
+    def timed_variant(name, kind, clock, cost):
+        tick = clock.fn(name, cost)
+
+        def build(case, ctx):
+            def run():
+                tick()
+                return {"y": 2.0 * case.inputs["x"]}
+            return run
+        return Variant(name, kind, build)
+    steady = fake_clock(lambda i: 1.0)
+    rows = measure([case], [timed_variant("v", "ours", steady, 1.0), timed_variant("b", "baseline", steady, 3.0)],
+                   ctx, tolerance=1e-4, speedup_over=["b"])
+    assert rows[0]["x_vs_b"] == pytest.approx(3.0) and rows[0]["ratio_unstable"] == "no"
+    assert "vary by more" not in capsys.readouterr().err
+    jumpy = fake_clock(lambda i: float(np.random.default_rng(i).choice([1.0, 8.0])))
+    rows = measure([case], [timed_variant("v", "ours", jumpy, 1.0), timed_variant("b", "baseline", jumpy, 3.0)],
+                   ctx, tolerance=1e-4, speedup_over=["b"])
+    assert rows[0]["ratio_unstable"] == "yes" and rows[0]["ratio_spread"] > 0.1
+    assert "c1: ratios of v vary by more than 10 %" in capsys.readouterr().err
+
+
 def test_timer_for_backend():
     assert timing.timer_for("cpu") is timing.time_cpu
     assert timing.timer_for("cuda") is timing.time_cuda
@@ -167,8 +248,8 @@ def test_measure_flags_wrong_variants_and_computes_speedups(ctx):
     for c in ("c1", "c2"):
         for v in ("good", "lazy", "wrong", "loose"):
             row = by[(c, v)]
-            assert row["x_vs_base"] == pytest.approx(by[(c, "base")]["median_ms"] / row["median_ms"])
-        assert "x_vs_base" not in by[(c, "base")]
+            assert row["x_vs_base"] > 0 and row["ratio_spread"] >= 0 and row["ratio_unstable"] in ("yes", "no")
+        assert "x_vs_base" not in by[(c, "base")] and "ratio_spread" not in by[(c, "base")]
     fails = bench.failures(rows)
     assert len(fails) == 4
     assert any(f.startswith("c1/lazy: relative error nan") for f in fails)
@@ -241,4 +322,18 @@ def test_floor_rows_are_neither_checked_nor_ranked(ctx):
     assert by["floor"]["ok"] is None and np.isnan(by["floor"]["rel_err"]) and by["floor"]["median_ms"] > 0
     assert "x_vs_base" in by["floor"]
     assert bench.failures(rows) == []
-    assert bench.best_metrics(rows, ["base"])["summary/c1/best_ms"] == by["good"]["median_ms"]
+    assert bench.best_metrics(rows, ["base"])["best_ms"] == by["good"]["median_ms"]
+
+
+def test_best_metrics_one_case_and_several():
+    """One case: the same names in every run (best_ms, x_vs_<baseline>); several: named per case."""
+    def row(case, v, kind, ms, ok=True):
+        return {"case": case, "variant": v, "kind": kind, "ok": ok, "median_ms": ms, "x_vs_b": 4.0 / ms}
+    one = [row("A k=16", "x", "ours", 2.0), row("A k=16", "y", "ours", 1.0), row("A k=16", "z", "ours", 0.5, ok=False),
+           row("A k=16", "b", "baseline", 4.0)]
+    assert bench.best_metrics(one, ["b"]) == {"best_ms": 1.0, "x_vs_b": 4.0, "summary/objective": 1.0}
+    two = one + [row("A k=32", "x", "ours", 3.0), row("A k=32", "b", "baseline", 4.0)]
+    m = bench.best_metrics(two, ["b"])
+    assert m["summary/A k=16/best_ms"] == 1.0 and m["summary/A k=32/best_ms"] == 3.0
+    assert m["summary/A k=32/best_x_vs_b"] == pytest.approx(4 / 3) and "best_ms" not in m
+    assert m["summary/objective"] == 2.0

@@ -100,8 +100,10 @@ def test_run_logs_params_metrics_artifacts(cfg, fake, tmp_path, capsys):
     assert m["summary/objective"] == 1.0
     assert m["accuracy"] == pytest.approx(0.75) and m["count"] == 7.0
     assert "nan_metric" not in m
-    assert m["A k_8/ours/median_ms"] == 1.0 and m["A k_8/ours/x_vs_base"] == 2.0
-    assert m["A k_8/base/gbps"] == 3.5
+    # one case: names without the case (the same in every run of a sweep), the case in params
+    assert m["ours/median_ms"] == 1.0 and m["ours/x_vs_base"] == 2.0 and m["base/gbps"] == 3.5
+    assert "ours/ok" not in m and not any(k.startswith("A k_8/") for k in m)
+    assert p["case"] == "A k=8"
     assert "stage_seconds/execute" in m and "stage_seconds/transfer" not in m
     c = client_for(cfg)
     hist = c.get_metric_history(run.info.run_id, "loss")
@@ -229,6 +231,65 @@ class _null:
         return False
 
 
+def test_report_metrics_one_case_and_several():
+    rows = [{"case": "A k=8", "layer": "A", "k": 8, "variant": "v", "kind": "ours", "median_ms": 1.0, "ok": True,
+             "early": False, "x_vs_b": 2.0, "note": "text"},
+            {"case": "A k=8", "layer": "A", "k": 8, "variant": "b", "kind": "baseline", "median_ms": 2.0}]
+    m = tracking.report_metrics(Report(rows=rows, metrics={"best_ms": 1.0, "flag": True}))
+    assert m == {"best_ms": 1.0, "v/median_ms": 1.0, "v/x_vs_b": 2.0, "b/median_ms": 2.0}
+    assert tracking.case_params(Report(rows=rows)) == {"case": "A k=8", "case.layer": "A", "case.k": "8"}
+    several = rows + [dict(rows[0], case="A k=16", k=16, median_ms=3.0)]
+    m = tracking.report_metrics(Report(rows=several))
+    assert m["A k_8/v/median_ms"] == 1.0 and m["A k_16/v/median_ms"] == 3.0 and "v/median_ms" not in m
+    assert tracking.case_params(Report(rows=several)) == {}
+    # several cases without a case column: named by their case columns
+    nets = [{"network": n, "N": 1024, "variant": "pull", "kind": "ours", "x_vs_bf": x} for n, x in (("a", 2.0), ("b", 3.0))]
+    m = tracking.report_metrics(Report(rows=nets))
+    assert m == {"network_a N_1024/pull/x_vs_bf": 2.0, "network_b N_1024/pull/x_vs_bf": 3.0}
+    # rows with no case column (one row per variant): the variant's name alone
+    m = tracking.report_metrics(Report(rows=[{"variant": "flow", "kind": "ours", "epoch_ms": 1.5, "val_auc": 0.7}]))
+    assert m == {"flow/epoch_ms": 1.5, "flow/val_auc": 0.7}
+
+
+def test_sweep_children_share_metric_names(compose, store, tmp_path, capsys):
+    """model=bcm swept over block_size=16,32: both children log the same metric names (the block
+    size is in params), so the MLflow UI compares them on one column."""
+    import os
+    base = ["model=bcm", "backend=cpu", "progress=false", f"tracking.dir={store}", "bench.warmup=0",
+            "bench.min_repeats=2", "bench.max_repeats=3", "bench.min_time_ms=0"]
+    cb = tracking.SweepCallback()
+    cb.on_multirun_start(_sweep_config(compose(base)))
+    parent = os.environ[tracking.PARENT_ENV]
+    for k in (16, 32):
+        runner.run(compose(base + [f"block_size={k}"]), tmp_path / str(k), echo=False)
+    cb.on_multirun_end(_sweep_config(compose(base)))
+    c = client_for(compose(base))
+    children = [r for r in all_runs(compose(base)) if r.data.tags.get("mlflow.parentRunId") == parent]
+    assert len(children) == 2
+    names = [set(r.data.metrics) for r in children]
+    assert names[0] == names[1]
+    assert {"best_ms", "x_vs_cpu_dense", "cpu_fft/median_ms", "cpu_dense/median_ms", "cpu_fft/x_vs_cpu_dense"} <= names[0]
+    assert not any("k_16" in n or "k_32" in n for n in names[0])
+    assert sorted(r.data.params["case.k"] for r in children) == ["16", "32"]
+    # the sweep summary shows the shared headline on one column
+    summary = capsys.readouterr().err
+    header = summary[summary.index("sweep summary"):].splitlines()[1].split()
+    assert "best_ms" in header and "x_vs_cpu_dense" in header
+    assert c.get_run(parent).info.status == "FINISHED"
+
+
+def test_unstable_ratio_tags_the_run(cfg, tmp_path):
+    rows = [{"case": "A k=8", "variant": "v", "kind": "ours", "median_ms": 1.0, "x_vs_b": 2.0, "ratio_spread": 0.4,
+             "ratio_unstable": "yes"},
+            {"case": "A k=8", "variant": "b", "kind": "baseline", "median_ms": 2.0}]
+    job = tracking.JobRun(cfg)
+    with job.active():
+        job.log_report(Report(rows=rows), tmp_path)
+    [run] = all_runs(cfg)
+    assert run.data.tags["ratio_unstable"] == "true" and run.data.tags["ratio_unstable.rows"] == "A k=8/v"
+    assert run.data.metrics["v/ratio_spread"] == 0.4
+
+
 def test_flatten_and_metric_key():
     assert tracking.flatten({"a": {"b": 1, "c": [1, 2]}, "d": "x"}) == {"a.b": 1, "a.c": [1, 2], "d": "x"}
     assert tracking.metric_key("A k=64", "fused", "median_ms") == "A k_64/fused/median_ms"
@@ -237,7 +298,7 @@ def test_flatten_and_metric_key():
 
 @pytest.mark.slow
 def test_independent_processes_create_a_fresh_store_once(tmp_path):
-    """8 `python -m pipeline` processes started at the same moment against a store that does not
+    """16 `python -m pipeline` processes started at the same moment against a store that does not
     exist yet (two terminals, a shell loop, a cluster array): the first creates and migrates it under
     the store's file lock, the others wait; every run finishes and the store stays usable."""
     import os
@@ -251,15 +312,18 @@ def test_independent_processes_create_a_fresh_store_once(tmp_path):
            f"tracking.dir={store}", "bench.warmup=0", "bench.min_repeats=2", "bench.min_time_ms=1",
            f"hydra.run.dir={tmp_path}/runs/${{now:%H%M%S%f}}"]
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for _ in range(8)]
+             for _ in range(16)]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     for p, out in zip(procs, outs):
         assert p.returncode == 0, out[-2000:]
         assert "Traceback" not in out, out[-2000:]
     client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 8
-    # and the store still takes a run afterwards
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 16
+    # and the store still takes a run afterwards (experiment_id uses the process's tracking URI,
+    # which an earlier test may have pointed at its own store)
+    import mlflow
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
     exp = tracking.experiment_id("after", OmegaConf.create({"dir": str(store)}))
     assert client.create_run(exp).info.status == "RUNNING"
 

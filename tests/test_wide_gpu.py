@@ -1,5 +1,5 @@
-"""GPU tests of the wide models: flow (both designs) and stage against the float64 reference (run on a
-lent GPU)."""
+"""GPU tests of the wide models: flow (both designs) and stage against the float64 reference (skipped
+without a GPU)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
-// Block-circulant layers in the frequency domain (Dong et al. 2020; corrected per notes §1.3).
+// Block-circulant layers in the frequency domain (Dong et al. 2020, with the paper's conjugates
+// corrected; the conventions are those of pipeline/models/bcm/reference.py).
 //
 // Every pass (forward, weight gradient, input gradient) is one "product" over k' = k/2+1
 // frequencies:   R[u, v, f] = sum_s  A[u, s, f] * opB(B[v, s, f]),   opB = identity or conj.

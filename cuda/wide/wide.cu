@@ -438,8 +438,10 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
             }
         }
 #pragma unroll
-        for (int u = 0; u < HSU; u++)
-            if (i0 + u * blockDim.x < HC * KP) PH[i0 + u * blockDim.x] = a[u];
+        for (int u = 0; u < HSU; u++) {
+            const int i = i0 + u * (int)blockDim.x;     // signed: no unsigned compare with HC = 0
+            if (i < HC * KP) PH[i] = a[u];
+        }
     }
 }
 

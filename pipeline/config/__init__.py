@@ -52,8 +52,25 @@ class BenchConf:
 class TrackingConf:
     enabled: bool = True
     dir: str = "${project_root:}/outputs"   # mlflow.db and mlartifacts/ live here
+    uri: str = ""                           # a tracking server (tracking=server); empty: the SQLite store in dir
     experiment: str = ""                    # default: the model's name
     run_name: str = ""                      # default: built from the overrides
+
+
+@dataclass
+class PoolConf:
+    """GPUs for parallel sweep jobs (pipeline/gpu/pool.py)."""
+    enabled: str = "auto"          # auto (parallel launchers: joblib, submitit local) | true | false
+    gpus: List[str] = field(default_factory=list)   # empty: every visible GPU
+    share: bool = False            # true: jobs may share a GPU (the report says so next to every time)
+    dir: str = "${cache_dir}/gpu-pool"   # one lock file per GPU
+    wait_s: float = 0.0            # give up waiting for a free GPU after this long (0: wait)
+    assigned: str = ""             # set by the job: the GPU(s) it holds (a param of its run)
+
+
+@dataclass
+class LauncherConf:
+    gpus_per_job: int = 1          # GPUs each job of a parallel sweep holds
 
 
 @dataclass
@@ -101,6 +118,8 @@ class Config:
     cache_dir: str = "${project_root:}/outputs/cache"
     bench: BenchConf = field(default_factory=BenchConf)
     tracking: TrackingConf = field(default_factory=TrackingConf)
+    pool: PoolConf = field(default_factory=PoolConf)
+    launcher: LauncherConf = field(default_factory=LauncherConf)
     progress: bool = True
 
 

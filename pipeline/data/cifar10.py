@@ -1,7 +1,8 @@
 """CIFAR-10 in either of two forms under ``data_dir`` (or the project's ``data/``):
 
-* ``cifar-10-batches-bin/``: the official binary version, read directly (``python -m pipeline.data.fetch cifar10``
-  downloads ``cifar-10-binary.tar.gz`` from the authors' site, checks its md5 and unpacks it):
+* ``cifar-10-batches-bin/``: the official binary version, read directly (``python -m
+  pipeline.data.fetch cifar10`` downloads ``cifar-10-binary.tar.gz`` from the authors' site, checks
+  its md5 and unpacks it):
   ``data_batch_1..5.bin`` and ``test_batch.bin``, each record one label byte and 3072 pixel bytes
   (1024 red, 1024 green, 1024 blue, row-major 32 x 32). Preferred when present (lossless).
 * ``cifar10-jpeg/``: the images re-encoded as JPEG and packed into two .npz files (arrays

@@ -2,8 +2,8 @@
 dense cuBLAS baselines, and the im2col path for conv layers. Device arrays are CuPy arrays; FFTs
 are cuFFT through CuPy (as in the paper); plans are created in the untimed warm-up.
 
-:class:`BcmLinear` is the reusable layer (forward caches FFT(X) and FFT(W) for the backward
-pass): ``a = layer.forward(x, w, bias)``; ``dw, dx, db = layer.backward(g)``.
+:class:`BcmLinear` is the reusable layer (forward caches FFT(X) and FFT(W) for the backward pass,
+which reuses them): ``a = layer.forward(x, w, bias)``; ``dw, dx, db = layer.backward(g)``.
 """
 from __future__ import annotations
 

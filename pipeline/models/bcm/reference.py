@@ -1,7 +1,8 @@
 """Block-circulant layers on the CPU: the independent float64 reference (dense circulant matrices)
 and the NumPy FFT implementation used as the CPU backend.
 
-Conventions (notes §1.3): a weight is a p x q grid of k x k circulant blocks, block (i, j) defined
+Conventions (the paper's equations, with the product order and conjugates fixed so that they
+match a dense circulant matrix): a weight is a p x q grid of k x k circulant blocks, block (i, j) defined
 by its FIRST COLUMN ``w[i, j]``: ``block[m, l] = w[i, j, (m - l) mod k]``. Shapes:
 ``w (p, q, k)``, input ``x (n, q*k)``, output ``a (n, p*k)``, bias ``(p*k,)``.
 
@@ -150,7 +151,7 @@ def conv_fft(x, w, bias, g, s: ConvShape) -> Dict[str, np.ndarray]:
 
 
 def blocks(out_features: int, in_features: int, k: int) -> Tuple[int, int, int, int]:
-    """(p, q, padded_out, padded_in): pad each side up to a multiple of k (notes §5.7)."""
+    """(p, q, padded_out, padded_in): pad each side up to a multiple of k with zeros."""
     p = -(-out_features // k)
     q = -(-in_features // k)
     return p, q, p * k, q * k

@@ -1,6 +1,6 @@
 """model=bcm_cnn: BCM CNN training (Dong et al. 2020 §4.5) against the same network with dense layers."""
 
-# Run on a lent GPU by the GPU benchmark script; each finishes in < 90 s.
+# Run on a GPU by the GPU benchmark script (scripts/gpu_suite.py); each finishes in < 90 s.
 GPU_SUITE = [
     ["model=bcm_cnn", "dataset=cifar10", "block_size=16", "epochs=2", "model.train_limit=10000",
      "model.test_limit=2000"],

@@ -1,4 +1,4 @@
-"""model=bcm_cnn: train a CNN whose conv and FC layers are block-circulant (Dong et al. 2020 §4.5, Fig. 13)
+"""model=bcm_cnn: train a CNN whose conv and FC layers are block-circulant (paper §4.5, Fig. 13)
 beside the same network with dense layers, on CIFAR-10, MNIST or scikit-learn's digits; report
 per-epoch loss, test accuracy and epoch time, and the accuracy gap and epoch-time ratio BCM vs dense.
 
@@ -179,6 +179,7 @@ class BcmCnnModel(Model):
             acc = self._evaluate(net, Xt, Yt)
             for key, v in (("train_loss", train_loss), ("test_acc", acc), ("epoch_s", epoch_s), ("layer_s", layer_s)):
                 hist[key].append(v)
+            ctx.log_epoch({f"{entry['tag']}/{key}": vals[-1] for key, vals in hist.items()}, epoch)
             print(f"[bcm_cnn] {entry['tag']} epoch {epoch + 1}/{epochs}: train loss {train_loss:.4f}, "
                   f"test acc {100 * acc:.2f}%, epoch {epoch_s:.2f} s (linear layers {layer_s:.2f} s)", flush=True)
             if not math.isfinite(train_loss):

@@ -1,4 +1,4 @@
-"""A small CNN whose conv (via im2col) and FC layers are block-circulant (BCM) or
+"""A small CNN whose conv (via im2col: a patch a row, so one matrix product) and FC layers are block-circulant (BCM) or
 dense, trained with SGD + momentum. The glue (ReLU, 2x2 max-pooling, softmax cross-entropy,
 the optimizer) is written once against an array module ``xp`` (NumPy on the CPU, CuPy on the GPU).
 The linear products run the project's code: on the GPU :class:`pipeline.models.bcm.gpu.BcmLinear`
@@ -22,7 +22,7 @@ from pipeline.models.bcm import reference as ref
 
 Spec = Tuple
 
-# The networks (the paper: "4 conv + 3 FC + softmax" for CIFAR-10, no further details).
+# The networks (the paper says "4 conv + 3 FC + softmax" for CIFAR-10 and gives no more detail).
 ARCHS: Dict[str, List[Spec]] = {
     "cifar10": [("conv", 64, False), ("relu",), ("conv", 64, True), ("relu",), ("pool",),
                 ("conv", 128, True), ("relu",), ("conv", 128, True), ("relu",), ("pool",), ("flatten",),

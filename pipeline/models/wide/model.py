@@ -66,6 +66,10 @@ class WideModel(Model):
                     self.ours = [v for v in self.ours if v != "torch"] or ["flow"]
                     self.baselines = [v for v in self.baselines if v != "torch"]
         self.data = prep.prepare(cfg, ctx.size, int(m.chunk), int(m.hot))
+        classes = np.unique(np.asarray(self.data.yva))
+        if classes.size < 2:
+            ctx.notice(f"val_auc is undefined (nan): every one of the {len(self.data.yva)} validation rows has "
+                       f"label {classes[0]:g} and AUC needs both classes; the validation loss is unaffected")
         self.update = str(m["update"])
         self.epochs = int(m.epochs)
         self.trainers: Dict[str, object] = {}
@@ -106,7 +110,7 @@ class WideModel(Model):
             return CpuTrainer(self.data, self.cfg.model, update)
         return self.trainers[v]
 
-    def train(self, v: str, update: str) -> Dict[str, List[float]]:
+    def train(self, v: str, update: str, live: bool = False) -> Dict[str, List[float]]:
         cfg, m, data = self.cfg, self.cfg.model, self.data
         tr = self._trainer(v, update)
         tr.set_params(ref.init_params(data.d, int(m.k), float(m.init_std), int(cfg.seed)))
@@ -122,6 +126,10 @@ class WideModel(Model):
             vl, auc = ref.evaluate(data.Xva, data.yva, tr.params())
             for k, x in zip(h, (tl, vl, auc, ems, gms, elapsed)):
                 h[k].append(float(x))
+            if live:      # under the names report() gives the series
+                pre = "" if v == self.ours[0] else f"{v}/"
+                self.ctx.log_epoch({pre + k: h[k][-1] for k in ("train_loss", "val_loss", "val_auc", "epoch_ms",
+                                                                "gpu_ms")}, e)
             if hasattr(bar, "set_postfix"):
                 bar.set_postfix(train=f"{tl:.4f}", val=f"{vl:.4f}", auc=f"{auc:.4f}")
             if not np.isfinite(vl):
@@ -136,7 +144,7 @@ class WideModel(Model):
     def execute(self) -> None:
         self.hist: Dict[str, Dict[str, List[float]]] = {}
         for v in self.ours + self.baselines:
-            self.hist[v] = self.train(v, semantics(v, self.update))
+            self.hist[v] = self.train(v, semantics(v, self.update), live=True)
 
     def verify(self) -> None:
         self.failures: List[str] = []

@@ -1,0 +1,299 @@
+"""Sweeps past one process: parallel jobs (joblib, submitit's local executor), the GPU pool, a shared
+MLflow tracking server, and what happens to runs whose job dies or whose sweep is interrupted."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pipeline import tracking
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["model=fewhot", "backend=cpu", "progress=false", "bench.warmup=0", "bench.min_repeats=2",
+        "bench.min_time_ms=1"]
+
+
+def _env():
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
+    env.pop(tracking.PARENT_ENV, None)
+    env.pop(tracking.EXPERIMENT_ENV, None)
+    return env
+
+
+def run_cli(args, tmp_path, timeout=900):
+    cmd = [sys.executable, "-m", "pipeline", *args, f"hydra.sweep.dir={tmp_path}/multirun",
+           f"hydra.run.dir={tmp_path}/run"]
+    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def runs_in(store: Path):
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    return client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+
+def _children_and_parent(runs):
+    parents = [r for r in runs if r.data.tags.get("sweep") == "true"]
+    assert len(parents) == 1
+    kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    return parents[0], kids
+
+
+# --------------------------------------------------------------------------- launchers, CPU backend
+
+@pytest.mark.slow
+@pytest.mark.parametrize("jobs", [4, pytest.param(16, marks=pytest.mark.slow)])
+def test_joblib_jobs_into_a_fresh_store(tmp_path, jobs):
+    store = tmp_path / "store"
+    seeds = ",".join(str(i) for i in range(jobs))
+    r = run_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=4", *FAST, f"tracking.dir={store}",
+             f"seed={seeds}"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    parent, kids = _children_and_parent(runs_in(store))
+    assert len(kids) == jobs
+    assert {k.info.status for k in kids} == {"FINISHED"}
+    assert parent.info.status == "FINISHED"
+    assert "sweep summary" in r.stderr
+
+
+@pytest.mark.slow
+def test_submitit_local_runs_the_same_sweep(tmp_path):
+    store = tmp_path / "store"
+    r = run_cli(["-m", "hydra/launcher=submitit_local", *FAST, f"tracking.dir={store}", "seed=1,2"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    parent, kids = _children_and_parent(runs_in(store))
+    assert len(kids) == 2 and {k.info.status for k in kids} == {"FINISHED"}
+    assert parent.info.status == "FINISHED"
+
+
+def test_slurm_launcher_config_asks_one_gpu_per_job():
+    from hydra import compose, initialize_config_dir
+    from pipeline.config import register_all
+    register_all()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        hc = compose(config_name="config", return_hydra_config=True,
+                     overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu", "hydra.launcher.account=proj"])
+    ln = hc.hydra.launcher
+    assert ln.gpus_per_node == 1 and ln.tasks_per_node == 1 and ln.nodes == 1
+    assert ln.partition == "gpu" and ln.account == "proj" and ln.timeout_min > 0
+    assert "SlurmLauncher" in ln._target_
+
+
+@pytest.mark.slow
+def test_optuna_sweeper_minimises_the_benchmark_median(tmp_path):
+    store = tmp_path / "store"
+    r = run_cli(["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3", "hydra.sweeper.direction=minimize",
+             "model=softmax_topn", "model.block_size=choice(64,128,256)", "backend=cpu", "progress=false",
+             "bench.warmup=0", "bench.min_repeats=2", "bench.min_time_ms=1", f"tracking.dir={store}"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    _, kids = _children_and_parent(runs_in(store))
+    assert len(kids) == 3 and all("summary/objective" in k.data.metrics for k in kids)
+    import yaml
+    best = yaml.safe_load((tmp_path / "multirun" / "optimization_results.yaml").read_text())
+    assert best["best_value"] == pytest.approx(min(k.data.metrics["summary/objective"] for k in kids))
+
+
+# --------------------------------------------------------------------------- the GPU pool
+
+POOL_SCRIPT = textwrap.dedent("""
+    import os, sys, time
+    from omegaconf import OmegaConf
+    from pipeline.gpu import pool
+    cfg = OmegaConf.create({"backend": "cuda", "launcher": {"gpus_per_job": int(sys.argv[2])},
+                            "pool": {"enabled": "true", "gpus": ["0", "1"], "share": False,
+                                     "dir": sys.argv[1], "wait_s": float(sys.argv[3])}})
+    with pool.claim(cfg, poll_s=0.05) as c:
+        print("GOT", ",".join(c.gpus), os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
+        time.sleep(float(sys.argv[4]))
+    print("DONE", flush=True)
+""")
+
+
+def _claimer(tmp_path, per_job=1, wait_s=0.0, hold_s=0.0):
+    return subprocess.Popen([sys.executable, "-c", POOL_SCRIPT, str(tmp_path / "locks"), str(per_job),
+                             str(wait_s), str(hold_s)], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _first_line(p, timeout=60):
+    t0 = time.time()
+    line = p.stdout.readline()
+    assert time.time() - t0 < timeout
+    return line.strip()
+
+
+def test_pool_gives_each_job_its_own_gpu_and_a_dead_job_gives_it_back(tmp_path):
+    a = _claimer(tmp_path, hold_s=60)
+    b = _claimer(tmp_path, hold_s=60)
+    got_a, got_b = _first_line(a), _first_line(b)
+    assert got_a.startswith("GOT") and got_b.startswith("GOT")
+    assert {got_a.split()[1], got_b.split()[1]} == {"0", "1"}          # never the same GPU
+    assert got_a.split()[1] == got_a.split()[2]                      # CUDA_VISIBLE_DEVICES = the GPU
+    c = _claimer(tmp_path, wait_s=0.5)                               # none free: gives up, one line
+    _, err = c.communicate(timeout=60)
+    assert c.returncode != 0 and "no free GPU in the pool" in err
+    a.send_signal(signal.SIGKILL)                                    # a crashed job ...
+    a.wait(timeout=30)
+    d = _claimer(tmp_path, wait_s=30)                                # ... does not leak its GPU
+    assert _first_line(d).split()[1] == got_a.split()[1]
+    for p in (b, d):
+        p.kill()
+        p.wait(timeout=30)
+
+
+def test_pool_rejects_more_gpus_per_job_than_it_has(tmp_path):
+    p = _claimer(tmp_path, per_job=3)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode != 0 and "launcher.gpus_per_job=3" in err
+
+
+def test_pool_share_and_cpu_backend(monkeypatch, tmp_path):
+    from omegaconf import OmegaConf
+    from pipeline.gpu import pool
+    monkeypatch.setattr(pool, "_bound", None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    base = {"launcher": {"gpus_per_job": 1},
+            "pool": {"enabled": "true", "gpus": ["3", "5"], "share": True, "dir": str(tmp_path), "wait_s": 0}}
+    with pool.claim(OmegaConf.create({"backend": "cpu", **base})) as c:
+        assert not c.active and "CUDA_VISIBLE_DEVICES" not in os.environ
+    with pool.claim(OmegaConf.create({"backend": "cuda", **base})) as c:
+        assert c.active and c.shared and c.gpus[0] in ("3", "5")
+        assert c.tags()["pool.shared"] == "true"
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == c.gpus[0]
+    monkeypatch.setattr(pool, "_bound", None)
+
+
+# --------------------------------------------------------------------------- a tracking server
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(tmp_path):
+    port = _free_port()
+    env = {**_env(), "MLFLOW_ARTIFACTS_DESTINATION": str(tmp_path / "server-artifacts"), "MLFLOW_WORKERS": "1"}
+    p = subprocess.Popen(["bash", str(ROOT / "scripts" / "mlflow_server.sh"), f"sqlite:///{tmp_path / 'server.db'}",
+                          str(port)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    t0 = time.time()
+    while True:
+        try:
+            tracking.check_server(uri, timeout_s=2)
+            break
+        except Exception:
+            if p.poll() is not None or time.time() - t0 > 120:
+                os.killpg(p.pid, signal.SIGKILL)
+                pytest.fail("mlflow server did not start: " + (p.stderr.read() if p.poll() is not None else "timeout"))
+            time.sleep(0.5)
+    yield uri
+    os.killpg(p.pid, signal.SIGTERM)
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+
+
+def _rest(uri, path, body):
+    req = urllib.request.Request(f"{uri}/api/2.0/mlflow/{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.slow
+def test_sweep_logs_to_a_tracking_server(server, tmp_path):
+    r = run_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=4", *FAST, "tracking=server",
+             f"tracking.uri={server}", "seed=" + ",".join(str(i) for i in range(16))], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    exps = _rest(server, "experiments/search", {"max_results": 100})["experiments"]
+    ids = [e["experiment_id"] for e in exps]
+    runs = _rest(server, "runs/search", {"experiment_ids": ids, "max_results": 100})["runs"]
+    tags = [{t["key"]: t["value"] for t in run["data"].get("tags", [])} for run in runs]
+    parent = [run for run, t in zip(runs, tags) if t.get("sweep") == "true"]
+    assert len(parent) == 1 and parent[0]["info"]["status"] == "FINISHED"
+    kids = [run for run, t in zip(runs, tags) if t.get("mlflow.parentRunId") == parent[0]["info"]["run_id"]]
+    assert len(kids) == 16 and {k["info"]["status"] for k in kids} == {"FINISHED"}
+    # artifacts went through the server (proxied) into its artifact store
+    assert any((tmp_path / "server-artifacts").rglob("results.csv"))
+
+
+def test_unreachable_server_fails_fast_before_any_job(tmp_path):
+    port = _free_port()
+    t0 = time.time()
+    r = run_cli(["-m", *FAST, "tracking=server", f"tracking.uri=http://127.0.0.1:{port}", "seed=1,2"], tmp_path)
+    assert r.returncode != 0
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: tracking server http://127.0.0.1:") and "does not answer" in line
+    assert time.time() - t0 < 60
+    assert not (tmp_path / "multirun" / "0").exists()          # no job started
+
+
+# --------------------------------------------------------------------------- dead and interrupted jobs
+
+def test_sweep_end_marks_runs_of_dead_jobs(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+    from omegaconf import OmegaConf
+    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    tcfg = OmegaConf.create({"enabled": True, "dir": str(tmp_path), "uri": "", "experiment": "t", "run_name": ""})
+    cfg = OmegaConf.create({"tracking": tcfg, "model": {"name": "t"}, "hydra": {"overrides": {"task": []}}})
+    for status, expect in ((None, "FAILED"), ("KILLED", "KILLED")):
+        cb = tracking.SweepCallback()
+        cb.on_multirun_start(cfg)
+        client = MlflowClient()
+        exp = client.get_run(cb.parent).info.experiment_id
+        done = client.create_run(exp, tags={"mlflow.parentRunId": cb.parent})
+        client.set_terminated(done.info.run_id, "FINISHED")
+        dead = client.create_run(exp, tags={"mlflow.parentRunId": cb.parent})   # its process was SIGKILLed
+        parent = cb.parent
+        cb.finish(status)
+        assert client.get_run(dead.info.run_id).info.status == expect
+        assert "ended before its run" in client.get_run(dead.info.run_id).data.tags["error"]
+        assert client.get_run(done.info.run_id).info.status == "FINISHED"
+        assert client.get_run(parent).info.status == expect
+
+
+@pytest.mark.slow
+def test_a_killed_job_is_marked_and_the_others_finish(tmp_path):
+    """submitit's local executor runs each job in its own process: SIGKILL one mid-run; the other
+    jobs finish, the dead job's run ends FAILED (not RUNNING), the sweep says so in one line."""
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "pipeline", "-m", "hydra/launcher=submitit_local", "model=bcm_cnn",
+           "dataset=digits", "backend=cpu", "progress=false", "epochs=30", f"tracking.dir={store}",
+           "seed=1,2,3", f"hydra.sweep.dir={tmp_path}/multirun"]
+    sweep = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = None
+    t0 = time.time()
+    while victim is None and time.time() - t0 < 300:
+        time.sleep(1)
+        if not (store / "mlflow.db").exists():
+            continue
+        try:
+            running = [r for r in runs_in(store) if r.info.status == "RUNNING" and r.data.tags.get("sweep") != "true"]
+        except Exception:
+            continue
+        if running:
+            out = subprocess.run(["pgrep", "-f", "submitit.core._submit"], capture_output=True, text=True).stdout.split()
+            if out:
+                victim = int(out[0])
+    assert victim is not None, "no job started"
+    os.kill(victim, signal.SIGKILL)
+    _, err = sweep.communicate(timeout=900)
+    assert sweep.returncode != 0
+    assert err.strip().splitlines()[-1].startswith("error: a job of the sweep died")
+    parent, kids = _children_and_parent(runs_in(store))
+    statuses = sorted(k.info.status for k in kids)
+    assert "RUNNING" not in statuses and statuses.count("FINISHED") == 2, statuses
+    assert parent.info.status == "FAILED"

@@ -227,9 +227,11 @@ def test_npz_loader_checks(tmp_path, net):
 def test_section_sizes():
     from pipeline.models.sparse_dnn.gpu import sections
     default = 48 * 1024
-    assert [sections(N, default) for N in (1024, 4096, 16384, 65536)] == [1, 1, 2, 8]
+    # snig keeps 64-bit fixed-point sums: 8 bytes per output neuron of a section
+    assert [sections(N, default) for N in (1024, 4096, 16384, 65536)] == [1, 1, 4, 16]
     optin = 227 * 1024 - 1024
-    assert [sections(N, optin) for N in (1024, 4096, 16384, 65536)] == [1, 1, 1, 2]
+    assert [sections(N, optin) for N in (1024, 4096, 16384, 65536)] == [1, 1, 1, 4]
+    assert [sections(N, default, elem=4) for N in (1024, 4096, 16384, 65536)] == [1, 1, 2, 8]
     assert sections(1024, default, 4) == 4
 
 

@@ -218,11 +218,18 @@ def test_host_memory_estimate_of_the_largest_network():
 
 
 class _FakeRunner:
-    """Stands in for a GPU runner: answers the golden set; counts passes."""
+    """Stands in for a GPU runner: answers the golden set; counts passes; every pass leaves the same
+    digest of its final activations (``drift``: another one each pass)."""
     passes = []
+    drift = False
+    track = False
 
     def __init__(self, net, m, device, notice):
         self.net = net
+
+    @property
+    def digest(self):
+        return len(_FakeRunner.passes) if _FakeRunner.drift else 7
 
     def profile(self):
         _FakeRunner.passes.append("profile")
@@ -256,6 +263,18 @@ def test_budget_unlimited_runs_everything(compose, tmp_path, monkeypatch):
     assert [r["variant"] for r in model.rows] == ["snig", "bf", "cusparse"] and all(r["ok"] for r in model.rows)
     assert _FakeRunner.passes.count("profile") == 3 and _FakeRunner.passes.count("run") == 3 * (1 + 1 + 3)
     assert "passes" not in model.report().columns
+
+
+def test_passes_that_differ_bit_for_bit_fail_our_variants_only(compose, tmp_path, monkeypatch):
+    model, _ = _fake_model(compose, tmp_path, monkeypatch, 0)
+    monkeypatch.setattr(_FakeRunner, "drift", True)
+    model.execute()
+    by = {r["variant"]: r for r in model.rows}
+    assert all(r["deterministic"].startswith("NO") for r in model.rows)
+    assert [f.split(":")[0].split("/")[1] for f in model.failures] == ["snig"]       # baselines: noted only
+    assert by["snig"]["ok"] and by["snig"]["exact"]
+    rep = model.report()
+    assert any(n.startswith("cusparse: deterministic not promised") for n in rep.notes)
 
 
 def test_budget_exhausted_keeps_one_checked_pass_and_skips_baselines(compose, tmp_path, monkeypatch):

@@ -118,8 +118,11 @@ class LayerW:
             self.Wp = sp.csr_matrix((d.astype(np.float64), W.indices, W.indptr), shape=W.shape)
             self.Wn = None
         else:
-            self.Wp = sp.csr_matrix((np.where(d > 0, d, 0).astype(np.float64), W.indices, W.indptr), shape=W.shape)
-            self.Wn = sp.csr_matrix((np.where(d < 0, -d, 0).astype(np.float64), W.indices, W.indptr), shape=W.shape)
+            # own copies of the index arrays: eliminate_zeros compacts them in place
+            self.Wp = sp.csr_matrix((np.where(d > 0, d, 0).astype(np.float64), W.indices.copy(), W.indptr.copy()),
+                                    shape=W.shape)
+            self.Wn = sp.csr_matrix((np.where(d < 0, -d, 0).astype(np.float64), W.indices.copy(), W.indptr.copy()),
+                                    shape=W.shape)
             self.Wp.eliminate_zeros()
             self.Wn.eliminate_zeros()
         nzd = d[d != 0]

@@ -2,6 +2,7 @@
 the official golden subset, the RadiX-Net generator's structure, MNIST inputs, config checks, CLI."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,8 @@ from pipeline.models.sparse_dnn import reference as ref
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "hpec-1024"
-MNIST = Path("/work/shared/data/mnist")
-SHARED = MNIST.parent
+# the data directory of the config (env PIPELINE_DATA_DIR, else data/ of the project)
+MNIST = Path(os.environ.get("PIPELINE_DATA_DIR") or ROOT / "data") / "mnist"
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,7 @@ def test_radixnet_edges_match_table1():
         assert abs(N * 32 * 120 - e120) / e120 < 0.01
 
 
-@pytest.mark.skipif(not MNIST.is_dir(), reason="MNIST not present in ../shared/data")
+@pytest.mark.skipif(not MNIST.is_dir(), reason=f"MNIST not in {MNIST}")
 def test_mnist_inputs_density_and_layout():
     from pipeline.data.mnist import read_idx
     imgs = read_idx(MNIST / "train-images-idx3-ubyte.gz")[:1000]

@@ -4,6 +4,7 @@ float32 summation order, the rounding-ambiguous rows, and the check that allows 
 differ."""
 from __future__ import annotations
 
+import os
 from fractions import Fraction
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from pipeline.data import hpec, radixnet
 from pipeline.models.sparse_dnn import reference as ref
 
 ROOT = Path(__file__).resolve().parents[1]
-MNIST = Path("/work/shared/data/mnist/train-images-idx3-ubyte.gz")
+# the data directory of the config (env PIPELINE_DATA_DIR, else data/ of the project)
+MNIST = Path(os.environ.get("PIPELINE_DATA_DIR") or ROOT / "data") / "mnist" / "train-images-idx3-ubyte.gz"
 T = np.float32(0.3)                      # the challenge's bias at N = 1024 is -T
 
 

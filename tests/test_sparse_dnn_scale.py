@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import types
+import os
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,8 @@ from pipeline.models.sparse_dnn import reference as ref
 from pipeline.models.sparse_dnn.gpu import pack_csc, pack_sectioned, packed_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
-MNIST = Path("/work/shared/data/mnist")
+# the data directory of the config (env PIPELINE_DATA_DIR, else data/ of the project)
+MNIST = Path(os.environ.get("PIPELINE_DATA_DIR") or ROOT / "data") / "mnist"
 
 
 def _old_layer(N, l, seed=0):

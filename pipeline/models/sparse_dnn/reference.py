@@ -146,9 +146,9 @@ def _products(Y: sp.csr_matrix, LW: LayerW):
     """(structure of Y W as CSR with float64 z, sum of |products| a) on the same structure."""
     Yd = sp.csr_matrix((Y.data.astype(np.float64), Y.indices, Y.indptr), shape=Y.shape)
     P = (Yd @ LW.Wp).tocsr()                 # activations are >= 0: no cancellation, no dropped zero
-    P.sort_indices()
     if LW.Wn is None:
         return P, P.data
+    P.sort_indices()
     Nn = (Yd @ LW.Wn).tocsr()
     Nn.sort_indices()
     A = (P + Nn).tocsr()                     # union of the two structures (sums of positives)

@@ -45,7 +45,11 @@ extern "C" __global__ void snig_infer(const float* __restrict__ Yin, const unsig
     bool all_zero = true;
     for (int s = 0; s < S; ++s) all_zero &= !nz_in[r * S + s];
     if (all_zero) {                                   // empty row: incremental reset only if needed
-        if (nz_out[r * S + s_out]) {
+        // every thread reads the flag before thread 0 clears it (all_zero is uniform in the block);
+        // without the barrier a late warp could read the cleared flag and leave its part stale
+        const bool stale = nz_out[r * S + s_out] != 0;
+        __syncthreads();
+        if (stale) {
             for (int j = tid; j < sec; j += nthr) Yout[out0 + j] = 0.0f;
             if (tid == 0) nz_out[r * S + s_out] = 0;
         }

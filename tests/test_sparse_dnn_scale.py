@@ -233,14 +233,19 @@ class _FakeRunner:
     def digest(self):
         return len(_FakeRunner.passes) if _FakeRunner.drift else 7
 
+    answer = None                      # categories to give instead of the golden set
+
+    def _cats(self):
+        return self.net.golden if _FakeRunner.answer is None else _FakeRunner.answer
+
     def profile(self):
         _FakeRunner.passes.append("profile")
-        return types.SimpleNamespace(categories=self.net.golden, rows=np.zeros(self.net.L), transfer_ms=1.0,
+        return types.SimpleNamespace(categories=self._cats(), rows=np.zeros(self.net.L), transfer_ms=1.0,
                                      compute_ms=1.0, info={"batch": self.net.images})
 
     def run(self, lo=0, hi=None):
         _FakeRunner.passes.append("run")
-        return self.net.golden
+        return self._cats()
 
 
 def _fake_model(compose, tmp_path, monkeypatch, budget, extra=()):
@@ -272,11 +277,48 @@ def test_passes_that_differ_bit_for_bit_fail_our_variants_only(compose, tmp_path
     monkeypatch.setattr(_FakeRunner, "drift", True)
     model.execute()
     by = {r["variant"]: r for r in model.rows}
-    assert all(r["deterministic"].startswith("NO") for r in model.rows)
+    assert [r["deterministic"] for r in model.rows] == ["NO: the final activations differ between passes"] * 2 + [
+        "not promised; NO: the final activations differ between passes"]
     assert [f.split(":")[0].split("/")[1] for f in model.failures] == ["snig"]       # baselines: noted only
     assert by["snig"]["ok"] and by["snig"]["exact"]
     rep = model.report()
     assert any(n.startswith("cusparse: deterministic not promised") for n in rep.notes)
+
+
+def test_check_allows_only_rounding_ambiguous_rows_to_differ(compose, tmp_path, monkeypatch):
+    model, _ = _fake_model(compose, tmp_path, monkeypatch, 0, ["model.baselines=[]"])
+    net = model.nets[0]
+    assert net.meta["golden_from"].startswith("exact CPU reference") and net.meta["ambiguous"] is not None
+    gold = [int(c) for c in net.golden]
+    free = [r for r in range(net.images) if r not in gold]
+    net.meta["ambiguous"] = np.array(free[:2], np.int64)            # pretend two rows are ambiguous
+    monkeypatch.setattr(_FakeRunner, "answer", np.array(sorted(gold + free[:1]), np.int64))
+    model.execute()
+    r = model.rows[0]
+    assert r["ok"] and not r["exact"] and r["ambiguous"] == 2 and r["amb_diff"] == 1 and not model.failures
+    rep = model.report()
+    assert any(f"classified otherwise than the exact semantics (allowed): [{free[0]}]" in n for n in rep.notes)
+    tag = f"{net.N}x{net.L}"
+    assert rep.metrics[f"summary/{tag}/rounding_ambiguous"] == 2.0
+    assert rep.metrics[f"summary/{tag}/snig/ambiguous_diff"] == 1.0 and rep.metrics[f"summary/{tag}/snig/exact"] == 0.0
+    # a row outside the ambiguous ones fails
+    model2, _ = _fake_model(compose, tmp_path, monkeypatch, 0, ["model.baselines=[]"])
+    model2.nets[0].meta["ambiguous"] = np.array(free[:1], np.int64)
+    monkeypatch.setattr(_FakeRunner, "answer", np.array(sorted(gold + free[1:2]), np.int64))
+    model2.execute()
+    assert not model2.rows[0]["ok"] and "outside the rounding-ambiguous rows" in model2.failures[0]
+
+
+def test_official_file_mismatch_is_arbitrated(compose, tmp_path, monkeypatch):
+    model, _ = _fake_model(compose, tmp_path, monkeypatch, 0, ["model.baselines=[]"])
+    net = model.nets[0]
+    net.meta["golden_from"], net.meta["ambiguous"] = "official file", None    # checked row for row
+    gold = [int(c) for c in net.golden]
+    extra = next(r for r in range(net.images) if r not in gold)
+    monkeypatch.setattr(_FakeRunner, "answer", np.array(sorted(gold + [extra]), np.int64))
+    model.execute()
+    assert not model.rows[0]["ok"] and model.rows[0]["ambiguous"] == "-"
+    assert f"the exact semantics says {extra}: not" in model.failures[0]
 
 
 def test_budget_exhausted_keeps_one_checked_pass_and_skips_baselines(compose, tmp_path, monkeypatch):

@@ -37,9 +37,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import scipy.sparse as sp
 
+from pipeline.models.slide.variants import HASHES, OPTIMIZERS  # noqa: F401  (re-exported)
+
 PHASES = ("input_fwd", "lsh_query", "output_fwd_softmax", "output_bwd", "hidden_bwd", "update", "rebuild")
-OPTIMIZERS = ("adam", "lazy_adam")
-HASHES = ("wta", "dwta")
 
 
 # ----------------------------------------------------------------------------- hyper-parameters
@@ -659,12 +659,14 @@ class SlideTrainer:
     functions, node order, pad offsets, shuffles) and the rebuild/reshuffle schedule. Dense engines
     ignore the hash draws but the RNG stream (hence the data order) is the same."""
 
-    def __init__(self, hp: Hyper, n_features: int, n_labels: int, seed: int, engine_cls=ReferenceEngine,
-                 shuffle: bool = False, **engine_kw):
+    def __init__(self, hp: Hyper, n_features: int, n_labels: int, seed: int, make_engine=None,
+                 shuffle: bool = False):
+        """``make_engine(params)`` -> the engine that owns the parameters (default: ReferenceEngine)."""
         self.hp, self.F, self.N, self.shuffle = hp, n_features, n_labels, shuffle
         self.rng = np.random.Generator(np.random.PCG64(seed))
         params = init_params(n_features, n_labels, hp, self.rng)
-        self.engine = engine_cls(hp=hp, params=params, n_features=n_features, n_labels=n_labels, **engine_kw)
+        make_engine = make_engine or (lambda p: ReferenceEngine(hp, p, n_features, n_labels))
+        self.engine = make_engine(params)
         self.S = 0
         self.period = float(hp.rebuild_every)
         self.next_rebuild = float(hp.rebuild_every) if hp.rebuild_every > 0 else math.inf
@@ -713,4 +715,4 @@ class ReferenceTrainer(SlideTrainer):
     """The ``cpu`` variant: SlideTrainer over the NumPy engine."""
 
     def __init__(self, hp: Hyper, n_features: int, n_labels: int, seed: int, shuffle: bool = False):
-        super().__init__(hp, n_features, n_labels, seed, ReferenceEngine, shuffle)
+        super().__init__(hp, n_features, n_labels, seed, None, shuffle)

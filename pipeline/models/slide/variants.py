@@ -10,3 +10,7 @@ REGISTRY = Registry("slide", [
     VariantInfo("torch", BASELINE, "cuda", "PyTorch dense full softmax, TF32", needs=("torch",)),
     VariantInfo("cpu_dense", BASELINE, "cpu", "NumPy dense full softmax, same Adam"),
 ], cpu_default="cpu")
+
+HIDDEN_SIZES = (128,)                 # hidden widths the CUDA kernels are written for
+OPTIMIZERS = ("adam", "lazy_adam")    # adam: every parameter every step (the paper); lazy_adam: touched rows
+HASHES = ("wta", "dwta")

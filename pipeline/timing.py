@@ -108,3 +108,27 @@ def time_cuda(fn: Callable[[], object], bench, stream=None) -> Timing:
 
 def timer_for(backend: str):
     return time_cuda if backend == "cuda" else time_cpu
+
+
+class Interval:
+    """Time one interval of work (e.g. a training epoch) on ``backend``: CUDA events on the legacy
+    default stream (``stop`` waits for the device), ``perf_counter`` on the CPU. ``stop`` -> ms."""
+
+    def __init__(self, backend: str, stream=None):
+        self.cuda = backend == "cuda"
+        self.stream = stream
+
+    def start(self) -> None:
+        if self.cuda:
+            import pycuda.driver as drv
+            self._a, self._b = drv.Event(), drv.Event()
+            self._a.record(self.stream)
+        else:
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        if self.cuda:
+            self._b.record(self.stream)
+            self._b.synchronize()
+            return float(self._b.time_since(self._a))
+        return (time.perf_counter() - self._t0) * 1e3

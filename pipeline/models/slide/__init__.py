@@ -1,0 +1,1 @@
+"""SLIDE / G-SLIDE: extreme classification trained with an LSH-sampled softmax (model=slide)."""

@@ -187,6 +187,7 @@ extern "C" __global__ void slide_query(const int* __restrict__ sbkt, const int* 
         if (flag) keys[Nc + ex] = CLS_CAND | ((u64)(0x3FFFFFFF - cnt) << 32) | id;
         Nc += tot;
     }
+    __syncthreads();                         // the candidates are read by every thread below
     // 4. labels: a candidate that is a label becomes class 0; the others are appended (sorted)
     int nl = 0, l0 = 0;
     if (yptr) { l0 = yptr[r0 + b]; nl = yptr[r0 + b + 1] - l0; }
@@ -254,4 +255,23 @@ extern "C" __global__ void slide_query(const int* __restrict__ sbkt, const int* 
         for (int i = tid; i < S; i += nt) out[i] = (int)sids[i];
     }
     if (tid == 0) out_cnt[b] = S;
+}
+
+// acc[0] += sum of cnt[0..B), acc[1] = max(acc[1], max cnt). One block.
+extern "C" __global__ void act_stats(const int* __restrict__ cnt, int B, u64* __restrict__ acc)
+{
+    __shared__ int sh[33];
+    int s = 0, m = 0;
+    for (int i = threadIdx.x; i < B; i += blockDim.x) { s += cnt[i]; m = max(m, cnt[i]); }
+    int total;
+    block_excl_scan(s, &total, sh);
+    for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+    if ((threadIdx.x & 31) == 0) atomicMax(&acc[1], (u64)m);
+    if (threadIdx.x == 0) atomicAdd(&acc[0], (u64)total);
+}
+
+// acc[0] += M - G[nseg] (inserts dropped by the FIFO of one build).
+extern "C" __global__ void add_dropped(const int* __restrict__ G, long long nseg, long long M, u64* __restrict__ acc)
+{
+    if (threadIdx.x == 0 && blockIdx.x == 0) atomicAdd(acc, (u64)(M - (long long)G[nseg]));
 }

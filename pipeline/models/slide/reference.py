@@ -273,40 +273,62 @@ def query(h: np.ndarray, tables: Tables, bins: np.ndarray, hp: Hyper, node_order
     ukey, cnt = np.unique(key, return_counts=True)
     keep = cnt >= hp.threshold
     ukey, cnt = ukey[keep], cnt[keep]
-    cb, cid = ukey // N, ukey % N
-    cbound = np.searchsorted(cb, np.arange(B + 1))
+    if labels is not None:
+        lab = _label_csr(labels, N)
+        lkey = np.repeat(np.arange(B, dtype=np.int64), np.diff(lab.indptr)) * N + lab.indices
+    else:
+        lkey = np.zeros(0, np.int64)
+    members = np.union1d(ukey, lkey)                       # sorted (sample, id) keys
+    mb = members // N
+    size = np.bincount(mb, minlength=B)
 
+    # pad: walk node_order from pad_off[b] and add absent ids until min(min_active, N)
     target = min(hp.min_active, N)
+    need = np.maximum(target - size, 0)
+    pkey = np.zeros(0, np.int64)
+    if need.any():
+        walk = np.where(need > 0, np.minimum(need + size, N), 0)
+        wb = np.repeat(np.arange(B, dtype=np.int64), walk)
+        step = np.arange(int(walk.sum())) - np.repeat(np.cumsum(walk) - walk, walk)
+        wkey = wb * N + node_order[(np.asarray(pad_off, np.int64)[wb] + step) % N]
+        absent = ~_sorted_isin(wkey, members)
+        rank = np.cumsum(absent) - 1                       # rank among the absent, per sample
+        first = np.concatenate([[0], np.cumsum(absent)])[np.cumsum(walk) - walk]
+        take = absent & (rank - first[wb] < need[wb])
+        pkey = wkey[take]                                  # walk order within each sample
+
+    total = size + np.bincount(pkey // N, minlength=B)
+    keys = np.sort(np.concatenate([members, pkey]))
     cap = hp.max_active if hp.max_active > 0 else None
-    out, off = [], np.zeros(B + 1, np.int64)
     o_samples = o_dropped = 0
-    for b in range(B):
-        c_ids, c_cnt = cid[cbound[b]:cbound[b + 1]], cnt[cbound[b]:cbound[b + 1]]
-        lab = np.unique(np.asarray(labels[b], np.int64)) if labels is not None else np.zeros(0, np.int64)
-        if lab.size:
-            other = ~np.isin(c_ids, lab, assume_unique=True)
+    if cap is not None and (total > cap).any():
+        over = np.flatnonzero(total > cap)
+        kb = keys // N
+        keep = ~np.isin(kb, over)
+        parts = [keys[keep]]
+        lb = lkey // N
+        pb = pkey // N
+        for b in over:                                     # labels, candidates by count, pads
+            lab_b = lkey[lb == b] % N
+            sel_c = ukey // N == b
+            c_ids, c_cnt = ukey[sel_c] % N, cnt[sel_c]
+            other = ~np.isin(c_ids, lab_b)
             c_ids, c_cnt = c_ids[other], c_cnt[other]
-        size = lab.size + c_ids.size
-        pads = np.zeros(0, np.int64)
-        if size < target:
-            need = target - size
-            walk = node_order[(int(pad_off[b]) + np.arange(min(N, need + size))) % N]
-            present = np.concatenate([lab, c_ids])
-            pads = walk[~np.isin(walk, present)][:need]
-        total = size + pads.size
-        if cap is not None and total > cap:
-            by_count = np.lexsort((c_ids, -c_cnt))
-            ranked = np.concatenate([lab, c_ids[by_count], pads])
-            sel = ranked[:cap]
+            ranked = np.concatenate([lab_b, c_ids[np.lexsort((c_ids, -c_cnt))], pkey[pb == b] % N])
+            parts.append(b * N + ranked[:cap])
             o_samples += 1
-            o_dropped += total - cap
-        else:
-            sel = np.concatenate([lab, c_ids, pads])
-        sel = np.sort(sel)
-        out.append(sel)
-        off[b + 1] = off[b] + sel.size
-    ids_out = np.concatenate(out).astype(np.int32) if out else np.zeros(0, np.int32)
-    return Active(off, ids_out, o_samples, o_dropped)
+            o_dropped += int(total[b]) - cap
+        keys = np.sort(np.concatenate(parts))
+    off = np.zeros(B + 1, np.int64)
+    np.cumsum(np.bincount(keys // N, minlength=B), out=off[1:])
+    return Active(off, (keys % N).astype(np.int32), o_samples, o_dropped)
+
+
+def _sorted_isin(x: np.ndarray, sorted_ref: np.ndarray) -> np.ndarray:
+    if sorted_ref.size == 0:
+        return np.zeros(x.shape, bool)
+    i = np.minimum(np.searchsorted(sorted_ref, x), sorted_ref.size - 1)
+    return sorted_ref[i] == x
 
 
 # ----------------------------------------------------------------------------- forward / backward
@@ -376,18 +398,18 @@ def output_forward(h: np.ndarray, labels, params: Params, active: Active):
 def output_backward(h: np.ndarray, dz: np.ndarray, params: Params, active: Active):
     """gW2 (N, H), gb2 (N,), dh (B, H) before the ReLU mask; W2 as before the update."""
     B, N = h.shape[0], params.W2.shape[0]
-    dZ = sp.csr_matrix((dz, active.ids, active.off), shape=(B, N))
-    gW2 = np.asarray(dZ.T @ h.astype(np.float64)).astype(params.dtype)
-    gb2 = np.asarray(dZ.sum(axis=0)).ravel().astype(params.dtype)
-    dh = np.asarray(dZ @ params.W2.astype(np.float64))
+    dZ = sp.csr_matrix((dz.astype(params.dtype), active.ids, active.off), shape=(B, N))
+    gW2 = np.asarray(dZ.T @ h, dtype=params.dtype)
+    gb2 = np.bincount(active.ids, weights=dz, minlength=N).astype(params.dtype)
+    dh = np.asarray(dZ @ params.W2, dtype=params.dtype)
     return gW2, gb2, dh
 
 
 def hidden_backward(Xb: sp.csr_matrix, h: np.ndarray, dh: np.ndarray, params: Params):
     """gW1 (F, H), gb1 (H,) from dh masked by h > 0."""
     dh = dh * (h > 0)
-    gW1 = np.asarray(Xb.T.astype(np.float64) @ dh).astype(params.dtype)
-    gb1 = dh.sum(axis=0).astype(params.dtype)
+    gW1 = np.asarray(Xb.T.astype(params.dtype) @ dh, dtype=params.dtype)
+    gb1 = dh.sum(axis=0, dtype=np.float64).astype(params.dtype)
     return gW1, gb1
 
 
@@ -440,6 +462,8 @@ def adam_update(params: Params, grads: Grads, hp: Hyper, touched=None) -> None:
         w, g = getattr(params, name), getattr(grads, name)
         m, v = getattr(params, "m" + name), getattr(params, "v" + name)
         rows = None if not lazy or name == "b1" else (r1 if name == "W1" else r2)
+        if rows is not None and rows.size == w.shape[0]:   # every row touched: the dense update
+            rows = None
         if rows is None:
             m *= b1
             m += (1 - b1) * g
@@ -701,11 +725,13 @@ class SlideTrainer:
         elif self.S >= self.next_rebuild:
             self._rebuild()
 
-    def epoch(self, split, n_rows: int, batch_size: int, progress=None) -> None:
-        """One pass over ``split`` in batches (in file order, or a fresh rng permutation)."""
+    def epoch(self, split, n_rows: int, batch_size: int, progress=None, rows: int = 0) -> None:
+        """One pass over ``split`` (``n_rows`` rows) in batches: in file order, or in a fresh rng
+        permutation when shuffling; ``rows`` > 0 stops after that many samples."""
         order = self.rng.permutation(n_rows) if self.shuffle else None
-        for r0 in range(0, n_rows, batch_size):
-            r1 = min(n_rows, r0 + batch_size)
+        end = min(n_rows, rows) if rows > 0 else n_rows
+        for r0 in range(0, end, batch_size):
+            r1 = min(end, r0 + batch_size)
             self.step(self.engine.batch(split, r0, r1, order), r1 - r0)
             if progress is not None:
                 progress(r1 - r0)

@@ -90,7 +90,7 @@ def main():
     hp = ref.Hyper(hidden=128, K=6, L=50, bin_size=8, bucket_capacity=128, min_active=1500,
                    max_active=50 * 128 + int(np.diff(data.Y.indptr).max()), optimizer="lazy_adam")
     p = ref.init_params(F, N, hp, rng)
-    eng = gpu.SlideGPU(hp, p, F, N)
+    eng = gpu.SlideGPU(None, hp, p, F, N)
     eng.set_hash(ref.draw_hash(hp, rng), rng.permutation(N))
     eng.rebuild()
     drv.Context.synchronize()
@@ -123,7 +123,7 @@ def main():
         import cupy as cp
         cp.get_default_memory_pool().free_all_blocks()
         for prec in ("tf32", "fp32"):
-            d = gpu.DenseGPU(hp, p, F, N, precision=prec)
+            d = gpu.DenseGPU(None, hp, p, F, N, precision=prec)
             ms, host, ph, st = time_steps(d, data, B, 10, 2, rng, N)
             out[f"dense_{prec}"] = dict(step_ms=ms, phases=ph)
             print(f"dense_{prec}: step {ms:.3f} ms; " + ", ".join(f"{k} {v:.3f}" for k, v in ph.items()), flush=True)

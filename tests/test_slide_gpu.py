@@ -40,7 +40,7 @@ def engine(hp, F, N, seed=0, params=None):
     from pipeline.models.slide import gpu
     rng = np.random.default_rng(seed)
     p = params or ref.init_params(F, N, hp, rng)
-    eng = gpu.SlideGPU(hp, p, F, N)
+    eng = gpu.SlideGPU(None, hp, p, F, N)
     bins = ref.draw_hash(hp, rng)
     order = rng.permutation(N)
     eng.set_hash(bins, order)
@@ -210,7 +210,7 @@ def test_dense_gpu_step_equals_reference(precision, optimizer):
     rng = np.random.default_rng(21)
     p0 = ref.init_params(F, N, hp, rng)
     data = _data(rng, n, F, N)
-    eng = gpu.DenseGPU(hp, p0, F, N, precision=precision)
+    eng = gpu.DenseGPU(None, hp, p0, F, N, precision=precision)
     want = p0.copy(np.float64)
     for r0, r1 in ((0, 64), (64, 100)):
         eng.step(eng.batch(data, r0, r1), None)
@@ -232,7 +232,7 @@ def test_torch_dense_step_equals_reference():
     rng = np.random.default_rng(22)
     p0 = ref.init_params(F, N, hp, rng)
     data = _data(rng, n, F, N)
-    eng = gpu.TorchDense(hp, p0, F, N)
+    eng = gpu.TorchDense(None, hp, p0, F, N)
     eng.step(eng.batch(data, 0, n), None)
     want = p0.copy(np.float64)
     _, grads, _ = ref.dense_forward_backward(data.X, ref.labels_of(data.Y), want, hp)
@@ -254,7 +254,7 @@ def test_predict_topk_matches_numpy(variant):
     p.b2[:] = 0.0
     p.b2[::7] = 0.05                                  # exact ties resolved by the lower id
     X = random_csr(rng, n, F, 20)
-    eng = gpu.make_engine(variant, hp, p, F, N)
+    eng = gpu.make_engine(variant, None, hp, p, F, N)
     got = eng.predict_topk(X, 5, eval_batch=256)
     want = ref.predict_topk(X, p, 5, eval_batch=256)
     assert got.shape == want.shape == (n, 5)

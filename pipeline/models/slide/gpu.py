@@ -64,6 +64,7 @@ class DeviceSplit:
 
     def __init__(self, split):
         cp = _cp()
+        self.host = split
         X, Y = split.X.tocsr(), split.Y.tocsr()
         if X.nnz >= 2 ** 31 or Y.nnz >= 2 ** 31:
             raise ConfigError("dataset: a split with 2^31 or more non-zeros is not supported by the GPU trainer; "
@@ -204,7 +205,7 @@ class _Scanner:
 class _Engine:
     name = "gpu"
 
-    def __init__(self, hp: ref.Hyper, params: ref.Params, n_features: int, n_labels: int, ctx=None):
+    def __init__(self, ctx, hp: ref.Hyper, params: ref.Params, n_features: int, n_labels: int):
         cp = _cp()
         from pipeline.gpu import device
         if device._info is None:
@@ -268,8 +269,9 @@ class _Engine:
         on the host and uploaded as their own small split (the shuffle path)."""
         if order is None:
             return DeviceBatch(self.device_split(split), int(r0), int(r1))
+        host = split.host if isinstance(split, DeviceSplit) else split
         rows = np.asarray(order[r0:r1])
-        sub = ref.HostBatch(split.X[rows], split.Y[rows])
+        sub = ref.HostBatch(host.X[rows], host.Y[rows])
         return DeviceBatch(DeviceSplit(sub), 0, len(rows))
 
     def _ensure_nnz(self, nnz: int) -> None:
@@ -371,8 +373,8 @@ class SlideGPU(_Engine):
 
     name = "slide"
 
-    def __init__(self, hp: ref.Hyper, params: ref.Params, n_features: int, n_labels: int, ctx=None):
-        super().__init__(hp, params, n_features, n_labels, ctx)
+    def __init__(self, ctx, hp: ref.Hyper, params: ref.Params, n_features: int, n_labels: int):
+        super().__init__(ctx, hp, params, n_features, n_labels)
         cp = _cp()
         self.hash_mod = kernels.load("slide", "hash.cu", defines={"SLIDE_K": int(hp.K), "SLIDE_BIN": int(hp.bin_size),
                                                                   "SLIDE_DWTA": int(bool(hp.dwta))})
@@ -526,6 +528,21 @@ class SlideGPU(_Engine):
                      _i32(self.stride), _i32(self._C), self.gscratch if self.gscratch is not None else 0,
                      self.act, self.act_cnt, _i32(self.stride), self.overflow, shared=self.q_smem)
 
+    def active_for(self, split, r0: int, r1: int, pad_off: np.ndarray) -> ref.Active:
+        """The active sets a step on rows [r0, r1) would use now (host copy; nothing is updated)."""
+        batch = self.batch(split, r0, r1)
+        B = len(batch)
+        self._buffers(B, batch.split.max_labels)
+        self._input(batch, self.h)
+        self.pad_ring.copy(np.asarray(pad_off, np.int64), self.pad_dev)
+        saved = self.overflow.copy()
+        self._query(B, batch)
+        act = ActiveDev(self.act[:B], self.act_cnt[:B], self.overflow).host()
+        act.overflow_samples -= int(saved[0].get())
+        act.overflow_dropped -= int(saved[1].get())
+        self.overflow[...] = saved
+        return act
+
     # -------------------------------------------------------------- one step
     def step(self, batch: DeviceBatch, pad_off: np.ndarray) -> None:
         hp = self.hp
@@ -574,10 +591,11 @@ class DenseGPU(_Engine):
     three products of the backward pass through cuBLAS (TF32 tensor cores with precision="tf32"),
     the same Adam (W2 and b2 every row; W1 as the optimizer says, like the NumPy DenseEngine)."""
 
-    def __init__(self, hp: ref.Hyper, params: ref.Params, n_features: int, n_labels: int, ctx=None,
-                 precision: str = "fp32"):
-        super().__init__(hp, params, n_features, n_labels, ctx)
+    def __init__(self, ctx, hp: ref.Hyper, params: ref.Params, n_features: int, n_labels: int,
+                 tf32: bool = False, precision: Optional[str] = None):
+        super().__init__(ctx, hp, params, n_features, n_labels)
         cp = _cp()
+        precision = precision or ("tf32" if tf32 else "fp32")
         if precision not in ("fp32", "tf32"):
             raise ConfigError(f"dense precision {precision!r}: expected fp32 or tf32")
         self.precision = precision
@@ -647,7 +665,7 @@ class TorchDense:
 
     name = "torch"
 
-    def __init__(self, hp: ref.Hyper, params: ref.Params, n_features: int, n_labels: int, ctx=None):
+    def __init__(self, ctx, hp: ref.Hyper, params: ref.Params, n_features: int, n_labels: int):
         import torch
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -673,6 +691,7 @@ class TorchDense:
 
     def _split(self, split) -> dict:
         torch = self.torch
+        split = getattr(split, "host", split)          # a DeviceSplit: its host arrays
         key = id(split)
         d = self._splits.get(key)
         if d is None:
@@ -687,6 +706,7 @@ class TorchDense:
     def batch(self, split, r0: int, r1: int, order=None):
         if order is not None:
             rows = np.asarray(order[r0:r1])
+            split = getattr(split, "host", split)
             split = ref.HostBatch(split.X[rows], split.Y[rows])
             r0, r1 = 0, len(rows)
         return (self._split(split), int(r0), int(r1))
@@ -801,12 +821,12 @@ class TorchDense:
         return int(self.torch.cuda.memory_allocated())
 
 
-def make_engine(variant: str, hp: ref.Hyper, params: ref.Params, n_features: int, n_labels: int, ctx=None):
+def make_engine(variant: str, ctx, hp: ref.Hyper, params: ref.Params, n_features: int, n_labels: int):
     """The GPU engine of a variant name (slide, dense_fp32, dense_tf32, torch)."""
     if variant == "slide":
-        return SlideGPU(hp, params, n_features, n_labels, ctx)
+        return SlideGPU(ctx, hp, params, n_features, n_labels)
     if variant in ("dense_fp32", "dense_tf32"):
-        return DenseGPU(hp, params, n_features, n_labels, ctx, precision=variant.split("_")[1])
+        return DenseGPU(ctx, hp, params, n_features, n_labels, precision=variant.split("_")[1])
     if variant == "torch":
-        return TorchDense(hp, params, n_features, n_labels, ctx)
+        return TorchDense(ctx, hp, params, n_features, n_labels)
     raise ConfigError(f"slide GPU variant {variant!r}: expected slide, dense_fp32, dense_tf32 or torch")

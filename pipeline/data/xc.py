@@ -427,6 +427,9 @@ def _real_folder(dcfg, data_dir: str, explicit: bool) -> Optional[Path]:
     """The folder holding dataset.train and dataset.test, or None (only when not explicit)."""
     from pipeline.data.paths import find
     name = str(dcfg.path or dcfg.name)
+    if Path(name).is_absolute() and not Path(name).is_dir():
+        raise DataError(f"dataset.path={name}: no such folder; point it at the folder holding "
+                        f"{dcfg.train} and {dcfg.test} (Extreme Classification Repository text files)")
     try:
         folder = find(SimpleNamespace(data_dir=data_dir), name,
                       f"with {dcfg.train} and {dcfg.test} in Extreme Classification Repository text format")

@@ -508,3 +508,103 @@ def test_reference_trainer_learns():
     p1 = R.precision_at_k(t.engine.predict_topk(te_s.X, 5), te_s.Y)["p@1"]
     assert p1 > 0.3 and st["active_mean"] >= 32 and t.reshuffles >= 6
     assert set(t.engine.phase_times()) == set(R.PHASES)
+
+
+def test_all_active_slide_equals_dense_training():
+    """With min_active >= N every neuron is active: the cpu variant trains exactly like cpu_dense
+    (same initial parameters, data order and Adam)."""
+    rng = np.random.default_rng(1)
+    F, N, n = 40, 12, 96
+    X = sp.random(n, F, density=0.2, format="csr", dtype=np.float32, random_state=2)
+    Y = sp.csr_matrix((np.ones(n, np.float32), rng.integers(0, N, n), np.arange(n + 1)), shape=(n, N))
+
+    class Split:
+        pass
+    s = Split()
+    s.X, s.Y = X, Y
+    hp = R.Hyper(hidden=16, K=2, L=3, bin_size=4, min_active=N, lr=1e-2, rebuild_every=32, optimizer="adam")
+    hp.max_active = N
+    a = R.SlideTrainer(hp, F, N, 7, shuffle=True)
+    b = R.SlideTrainer(hp, F, N, 7, make_engine=lambda p: R.DenseEngine(hp, p, F, N), shuffle=True)
+    for _ in range(2):
+        a.epoch(s, n, 16)
+        b.epoch(s, n, 16)
+    pa, pb = a.engine.params(), b.engine.params()
+    for k in R.Params.WEIGHTS:
+        np.testing.assert_allclose(getattr(pa, k), getattr(pb, k), rtol=1e-4, atol=1e-6)
+    assert a.engine.epoch_stats()["active_mean"] == N
+
+
+# ----------------------------------------------------------------------------- config and CLI
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["model.K=0"], "model.K"),
+    (["model.L=0"], "model.L"),
+    (["model.bin_size=6"], "model.bin_size"),
+    (["model.bin_size=1"], "model.bin_size"),
+    (["model.K=11"], "model.K"),                         # 33 bits a bucket id
+    (["model.hidden=100"], "model.hidden"),
+    (["model.hash=simhash"], "model.hash"),
+    (["model.threshold=51"], "model.threshold"),
+    (["model.min_active=2000", "model.max_active=1000"], "model.min_active"),
+    (["model.optimizer=sgd"], "model.optimizer"),
+    (["model.rebuild_decay=0.5"], "model.rebuild_decay"),
+    (["model.bucket_capacity=0"], "model.bucket_capacity"),
+    (["batch_size=0"], "batch_size"),
+    (["model.topk=[]"], "model.topk"),
+    (["model.variants=[fast]"], "model.variants"),
+    (["model.baselines=[dense_bf16]"], "model.baselines"),
+    (["kernel=flow"], "kernel"),
+    (["model.small.K=12"], "model.small.K"),             # the small preset is checked as well
+    (["+model.small.nope=1"], "model.small.nope"),
+])
+def test_config_errors(compose, overrides, key):
+    from pipeline.config import validate
+    from pipeline.errors import ConfigError
+    with pytest.raises(ConfigError, match=key) as e:
+        validate(compose(["model=slide", *overrides]))
+    assert "\n" not in str(e.value)
+
+
+def test_defaults_compose_and_effective_small(compose):
+    from pipeline.config import validate
+    from pipeline.config.slide import effective
+    cfg = compose(["model=slide"])
+    validate(cfg)
+    assert cfg.dataset.name == "amazon670k" and cfg.kernel.name == "slide"
+    m = cfg.model
+    assert (m.K, m.L, m.bin_size, m.min_active, m.optimizer) == (6, 50, 8, 1500, "lazy_adam")
+    small = effective(m, "small")
+    assert small.K == m.small.K and small.L == m.small.L and small.hidden == 128
+    assert effective(m, "full") is m
+
+
+def test_suite_and_sanitize_configs_compose(compose):
+    from pipeline.config import validate
+    from pipeline.models.slide import GPU_SUITE, SANITIZE
+    assert GPU_SUITE and SANITIZE
+    for ov in GPU_SUITE + SANITIZE:
+        validate(compose(list(ov)))
+
+
+def test_bibtex_through_runner(compose, tmp_path):
+    """dataset=bibtex (real, 159 labels) on the CPU backend: cpu against cpu_dense, one epoch."""
+    from pipeline import runner
+    cfg = compose(["model=slide", "dataset=bibtex", "backend=cpu", "tracking.enabled=false", "progress=false",
+                   "epochs=1", "model.eval_rows=500", f"cache_dir={tmp_path}"])
+    rep = runner.run(cfg, out_dir=tmp_path, echo=False)
+    rows = {r["variant"]: r for r in rep.rows}
+    assert set(rows) == {"cpu", "cpu_dense"} and not rep.failures
+    assert rows["cpu"]["p@1"] > 0.1 and "x_vs_cpu_dense" in rows["cpu"]
+    assert rows["cpu"]["active_mean"] == 159          # min_active >= 159 labels: every label active
+    assert len(rep.series["cpu/p@1"]) == 1 and "cpu/lsh_query_ms" in rep.series
+    assert "summary/cpu/p@1" in rep.metrics and "p1_vs_time.png" in rep.figures
+    assert any("cpu_dense" in n for n in rep.notes)
+
+
+@pytest.mark.slow
+def test_cli_default_small_preset(cli):
+    r = cli("model=slide", "backend=cpu", check=True, timeout=300)
+    assert "slide on amazon670k" in r.stdout and "cpu_dense" in r.stdout
+    assert "small preset" in r.stderr and "NumPy reference" in r.stderr

@@ -93,7 +93,7 @@ class SlideModel(Model):
     def transfer(self) -> None:
         from pipeline.models.slide import gpu
         self.gpu = gpu
-        self.device_split = gpu.DeviceSplit(self.data.train) if hasattr(gpu, "DeviceSplit") else None
+        self.device_split = gpu.DeviceSplit(self.data.train)
 
     # ------------------------------------------------------------------ trainers
 
@@ -115,13 +115,7 @@ class SlideModel(Model):
 
     def gpu_engine_factory(self, name: str):
         gpu, ctx, hp, F, N = self.gpu, self.ctx, self.hp, self.data.n_features, self.data.n_labels
-        if name == "slide":
-            return lambda p: gpu.SlideGPU(ctx, hp, p, F, N)
-        if name in ("dense_fp32", "dense_tf32"):
-            return lambda p: gpu.DenseGPU(ctx, hp, p, F, N, tf32=(name == "dense_tf32"))
-        if name == "torch":
-            return lambda p: gpu.TorchDense(ctx, hp, p, F, N)
-        raise KeyError(name)
+        return lambda p: gpu.make_engine(name, ctx, hp, p, F, N)
 
     def execute(self) -> None:
         m = self.mcfg
@@ -131,6 +125,9 @@ class SlideModel(Model):
             tr = self.make_trainer(name)
             self.hist.update(fit(self.ctx, [tr], int(m.epochs), desc=f"slide/{name}"))
             del tr
+            if self.ctx.cuda:
+                import cupy
+                cupy.get_default_memory_pool().free_all_blocks()
 
     # ------------------------------------------------------------------ checks
 
@@ -169,12 +166,9 @@ class SlideModel(Model):
         g.set_hash(bins, order)
         g.rebuild()
         batch = ref.HostBatch(d.train.X[:B], d.train.Y[:B])
-        act = g.active_for(self.device_split, 0, B, pad) if hasattr(g, "active_for") else None
+        act = g.active_for(self.device_split, 0, B, pad)
         g.step(g.batch(self.device_split, 0, B), pad)
         got = g.params()
-        if act is None:
-            tables = ref.build_tables(p0.W2, bins, order, hp)
-            act = ref.query(ref.hidden(batch.X, p0), tables, bins, hp, order, pad, batch.labels)
         want = p0.copy()
         _, grads, _ = ref.forward_backward(batch.X, batch.Y, want, act, hp)
         ref.adam_update(want, grads, hp)

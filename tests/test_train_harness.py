@@ -119,3 +119,18 @@ def test_speedups():
     assert by["d32"]["x_vs_tf32"] == 0.5 and "x_vs_d32" not in by["d32"]
     assert not any(k.startswith("x_vs") for k in by["broken"]) and not any(k.startswith("x_vs") for k in by["none"])
     assert "x_vs_missing" not in by["ours"]
+
+
+def test_lazy_trainers_one_bar(tmp_path):
+    c = ctx(tmp_path)
+    built, done = [], []
+
+    def make(name):
+        def build():
+            built.append(name)
+            assert len(built) - len(done) == 1          # one trainer alive at a time
+            return Fake(name, ms=4)
+        return build
+    hist = fit(c, [make("a"), make("b")], 2, work_per_epoch=100, after=lambda tr: done.append(tr.name))
+    assert list(hist) == ["a", "b"] and built == ["a", "b"] and done == ["a", "b"]
+    assert c.bar.total == 400 and c.bar.n == 400

@@ -23,8 +23,7 @@ GPU_SUITE = [
     [*_AMAZON, "epochs=1", "model.baselines=[]"],
 ]
 
-_TINY = ["size=small", "epochs=1", "batch_size=64", "model.max_steps=3", "model.eval_rows=64",
-         "tracking.enabled=false", "progress=false"]
+_TINY = ["size=small", "epochs=1", "batch_size=64", "model.max_steps=3", "model.eval_rows=64"]
 SANITIZE = [
     ["model=slide", "dataset=amazon670k", *_TINY, "model.baselines=[dense_fp32,dense_tf32]"],
     ["model=slide", "dataset=amazon670k", *_TINY, "model.hash=dwta", "model.optimizer=adam",

@@ -119,15 +119,16 @@ class SlideModel(Model):
 
     def execute(self) -> None:
         m = self.mcfg
-        self.hist: Dict[str, History] = {}
-        # one variant at a time: its device memory is released before the next is built
-        for name in self.ours + self.baselines:
-            tr = self.make_trainer(name)
-            self.hist.update(fit(self.ctx, [tr], int(m.epochs), desc=f"slide/{name}"))
-            del tr
+        names = self.ours + self.baselines
+        n = self.data.train.X.shape[0]
+        rows = min(n, int(m.max_steps) * int(m.batch_size)) if int(m.max_steps) > 0 else n
+
+        def release(_tr) -> None:                    # one variant's device memory at a time
             if self.ctx.cuda:
                 import cupy
                 cupy.get_default_memory_pool().free_all_blocks()
+        self.hist: Dict[str, History] = fit(self.ctx, [lambda v=v: self.make_trainer(v) for v in names],
+                                            int(m.epochs), desc="slide", work_per_epoch=rows, after=release)
 
     # ------------------------------------------------------------------ checks
 

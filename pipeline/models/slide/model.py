@@ -198,10 +198,10 @@ class SlideModel(Model):
             for k in ks:
                 r[f"p@{k}"] = h.last(f"p@{k}")
             r["loss"] = h.last("loss")
-            r["active_mean"] = float(np.mean(h.series("active_mean")))
-            r["active_max"] = int(max(h.series("active_max")))
-            r["overflow"] = int(sum(h.series("overflow_samples")))
-            r["table_dropped"] = int(sum(h.series("table_dropped")))
+            r["active_mean"] = _agg(np.mean, h, "active_mean")
+            r["active_max"] = _agg(np.max, h, "active_max", int)
+            r["overflow"] = _agg(np.sum, h, "overflow_samples", int)
+            r["table_dropped"] = _agg(np.sum, h, "table_dropped", int)
             r["mem_mb"] = h.last("mem_mb")
             if dense and name != dense:
                 dp = self.hist[dense].last("p@1")
@@ -225,7 +225,8 @@ class SlideModel(Model):
         for r in rows:
             v = r["variant"]
             for key in ["epoch_ms", "step_ms", "train_s", "loss", "active_mean", "overflow"] + [f"p@{k}" for k in ks]:
-                rep.metrics[f"summary/{v}/{key}"] = float(r[key])
+                if r.get(key) is not None:
+                    rep.metrics[f"summary/{v}/{key}"] = float(r[key])
             for key, x in r.items():
                 if key.startswith(("x_vs_", "p1_vs_")) or key == "step_err":
                     rep.metrics[f"summary/{v}/{key}"] = float(x)
@@ -238,6 +239,12 @@ class SlideModel(Model):
                          f"x_vs_<b> = b's median epoch time / this row's")
         rep.figures["p1_vs_time.png"] = p1_plot(self.hist, f"slide on {d.name}")
         return rep
+
+
+def _agg(fn, h: History, key: str, cast=float):
+    """fn over the epochs' finite values of ``key`` (None when the trainer does not report it)."""
+    vals = [v for v in h.series(key) if math.isfinite(v)]
+    return cast(fn(vals)) if vals else None
 
 
 def p1_plot(hist: Dict[str, History], title: str):

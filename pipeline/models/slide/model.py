@@ -145,7 +145,8 @@ class SlideModel(Model):
                 v = h.last(key)
                 if not math.isfinite(v):
                     self.failures.append(f"{name}: {key} = {v} after {h.epochs} epoch(s)")
-        whole = int(self.mcfg.max_steps) == 0 or int(self.mcfg.max_steps) * int(self.mcfg.batch_size) >= d.train.X.shape[0]
+        steps = int(self.mcfg.max_steps)
+        whole = steps == 0 or steps * int(self.mcfg.batch_size) >= d.train.X.shape[0]
         if "cpu" in self.hist and not whole:
             self.ctx.notice("verify: the P@1-above-chance check of cpu needs whole epochs (model.max_steps=0); skipped")
         elif "cpu" in self.hist:
@@ -158,29 +159,31 @@ class SlideModel(Model):
 
     def check_gpu_step(self) -> float:
         """One GPU step against the NumPy step on the GPU's own active sets (same parameters, hash
-        functions, tables, pad offsets): max relative error of the updated weights."""
-        gpu, hp, d = self.gpu, self.hp, self.data
+        functions, tables, pad offsets). The error is the larger of the first moments' relative
+        error (m = (1 - beta1) g after one step: the gradients) and the updated weights' (the step)."""
+        gpu, hp, d, m = self.gpu, self.hp, self.data, self.mcfg
         F, N = d.n_features, d.n_labels
         rng = np.random.Generator(np.random.PCG64(int(self.cfg.seed)))
         p0 = ref.init_params(F, N, hp, rng)
         bins, order = ref.draw_hash(hp, rng), rng.permutation(N)
-        B = min(int(self.cfg.model.batch_size), d.train.X.shape[0])
+        B = min(int(m.batch_size), d.train.X.shape[0])
         pad = rng.integers(0, N, size=B)
         g = gpu.SlideGPU(self.ctx, hp, p0.copy(), F, N)
         g.set_hash(bins, order)
         g.rebuild()
-        batch = ref.HostBatch(d.train.X[:B], d.train.Y[:B])
         act = g.active_for(self.device_split, 0, B, pad)
         g.step(g.batch(self.device_split, 0, B), pad)
         got = g.params()
         want = p0.copy()
-        _, grads, _ = ref.forward_backward(batch.X, batch.Y, want, act, hp)
+        _, grads, _ = ref.forward_backward(d.train.X[:B], d.train.Y[:B], want, act, hp)
         ref.adam_update(want, grads, hp)
         err = 0.0
         for k in ref.Params.WEIGHTS:
-            a, b = getattr(got, k).astype(np.float64), getattr(want, k).astype(np.float64)
-            err = max(err, float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)))
-        tol = float(self.cfg.model.tolerance)
+            for name in (k, "m" + k):
+                a, b = getattr(got, name).astype(np.float64), getattr(want, name).astype(np.float64)
+                err = max(err, float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)))
+        del g
+        tol = float(m.tolerance)
         if not err <= tol:
             self.failures.append(f"slide: one GPU step differs from the NumPy step by {err:.3g} (relative) > {tol:g}")
         return err

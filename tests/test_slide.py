@@ -608,3 +608,38 @@ def test_cli_default_small_preset(cli):
     r = cli("model=slide", "backend=cpu", check=True, timeout=300)
     assert "slide on amazon670k" in r.stdout and "cpu_dense" in r.stdout
     assert "small preset" in r.stderr and "NumPy reference" in r.stderr
+
+
+def test_gpu_step_check_logic(compose, tmp_path):
+    """The model's GPU step check, run with the NumPy engine standing in for SlideGPU: it passes
+    when the step is the reference's and fails when the engine's gradient is off by 1 %."""
+    import types
+    from pipeline.context import Context
+    from pipeline.models.slide.model import SlideModel
+
+    class Stand(R.ReferenceEngine):
+        scale = 1.0
+
+        def __init__(self, ctx, hp, params, F, N):
+            super().__init__(hp, params, F, N)
+
+        def active_for(self, split, r0, r1, pad):
+            h = R.hidden(split.X[r0:r1], self.p)
+            return R.query(h, self.tables, self.bins, self.hp, self.node_order, pad, R.labels_of(split.Y[r0:r1]))
+
+        def step(self, batch, pad):
+            act = self.active_for(batch, 0, len(batch), pad)
+            _, g, _ = R.forward_backward(batch.X, batch.Y, self.p, act, self.hp)
+            g.W2 *= self.scale
+            R.adam_update(self.p, g, self.hp)
+
+    cfg = compose(["model=slide", "dataset=bibtex", "backend=cpu", f"cache_dir={tmp_path}", "batch_size=32",
+                   "model.small.min_active=40"])
+    m = SlideModel(cfg, Context(cfg=cfg, backend="cpu", size="small", out_dir=tmp_path))
+    m.prepare()
+    m.gpu = types.SimpleNamespace(SlideGPU=Stand)
+    m.device_split = m.data.train
+    m.failures = []
+    assert m.check_gpu_step() < 1e-9 and not m.failures
+    Stand.scale = 1.01
+    assert m.check_gpu_step() > 5e-3 and "differs from the NumPy step" in m.failures[0]

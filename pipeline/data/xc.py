@@ -186,7 +186,7 @@ def _scan_numbers(a: np.ndarray, starts: np.ndarray, lens: np.ndarray):
         sign = (c == 43) | (c == 45)
         lead = act & sign & (j == 0)
         neg |= lead & (c == 45)
-        after_e = act & sign & inexp & (nexd == 0) & (a[np.maximum(starts + j - 1, 0)] | 32 == 101)
+        after_e = act & sign & inexp & (nexd == 0) & ((a[np.clip(starts + j - 1, 0, last)] | 32) == 101)
         eneg |= after_e & (c == 45)
         is_dot = act & (c == 46) & ~inexp & ~dot
         dot |= is_dot

@@ -102,6 +102,34 @@ def test_values_exact_as_python_float(tmp_path):
     assert np.array_equal(got[want != 0], want[want != 0])
 
 
+def test_every_token_shape_parses_as_python_does(tmp_path):
+    """Lengths 1..14, every position of the '.', leading zeros: the word-at-a-time fast path and
+    the fallbacks agree with Python's float (values) and int (ids)."""
+    rng = np.random.default_rng(5)
+    vals, ids = [], []
+    for length in range(1, 15):
+        for dot in [None, *range(length)]:
+            for _ in range(3):
+                digits = "".join(rng.choice(list("0123456789"), length - (dot is not None)))
+                if dot is None:
+                    vals.append(digits)
+                    if length <= 9:
+                        ids.append(digits)
+                elif length > 1:
+                    vals.append(digits[:dot] + "." + digits[dot:])
+    F = 10 ** 9
+    feats = sorted({int(t) for t in ids})
+    text = (f"2 {F} 1\n0 " + " ".join(f"{i}:{t}" for i, t in enumerate(vals)) + "\n"
+            + "0 " + " ".join(f"{t}:1" for t in ids) + "\n")
+    s, _, _ = xc.read_xc(write(tmp_path / "shapes.txt", text))
+    row = s.X[0]
+    want = np.array([float(t) for t in vals]).astype(np.float32)
+    got = np.zeros(len(vals), np.float32)
+    got[row.indices] = row.data
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(s.X[1].indices, feats)
+
+
 @pytest.mark.parametrize("block", [64, 257, 1 << 20])
 def test_round_trip_random_split_any_block_size(tmp_path, block):
     rng = np.random.default_rng(block)
@@ -147,6 +175,10 @@ MALFORMED = [
     ("bare token", "2 10 5\n0 1:1\n1 2 3:1\n", 3, "token '2' is neither a label"),
     ("label after features", "2 10 5\n0 1:1\n 3:1 4\n", 3, "token '4' is neither a label"),
     ("two colons", "2 10 5\n0 1:1\n1 3:1:2\n", 3, "is neither a label"),
+    ("two dots", "2 10 5\n0 1:1\n1 3:1.2.3\n", 3, "'1.2.3' is not a number"),
+    ("lone dot", "2 10 5\n0 1:1\n1 3:.\n", 3, "'.' is not a number"),
+    ("dotted id", "2 10 5\n0 1:1\n1 3.0:1\n", 3, "feature id '3.0' is not a non-negative integer"),
+    ("huge id", "2 10 5\n0 1:1\n1 99999999999999999999999:1\n", 3, "feature id 99999999999999999999999 >= F=10"),
 ]
 
 
@@ -388,6 +420,11 @@ def test_load_real_files_found_in_data_dir_or_given_path(compose, tmp_path):
                    "dataset.features=0", "dataset.labels=0"])
     d = xc.load(cfg.dataset, data_dir=str(tmp_path / "none"), cache_dir=None, size="full", seed=0)
     assert (d.n_features, d.n_labels) == (50, 4)
+    notes = []
+    d = xc.load(cfg.dataset, data_dir=str(tmp_path / "none"), cache_dir=None, size="small", seed=0,
+                notice=notes.append)
+    assert d.source.startswith("generated: small preset") and d.n_labels == 5000
+    assert any("does not read the real files" in n for n in notes)
 
 
 def test_load_real_errors(compose, tmp_path):

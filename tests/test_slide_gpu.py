@@ -167,11 +167,7 @@ def test_steps_equal_reference_given_the_same_active_sets(optimizer):
         loss, grads, _ = ref.forward_backward(Xb, ref.labels_of(Yb), want, act, hp)
         ref.adam_update(want, grads, hp)
         losses.append(loss)
-        # the active sets also equal the reference query on the GPU's own tables and h
-        h = ref.hidden(Xb, eng.params())
-        assert act.ids.size > 0
         assert (np.diff(act.off) >= min(hp.min_active, N)).all()
-        del h
     got = eng.params()
     assert got.t == want.t == 3
     _close(got, want, NAMES)

@@ -123,16 +123,10 @@ slide_output(const float* __restrict__ h, const float* __restrict__ W2, const fl
     for (int q = 0; q < QV; ++q) { acc[q] = make_float4(0.f, 0.f, 0.f, 0.f); yac[q] = acc[q]; }
     float m = -INFINITY, d = 0.f, zl = 0.f;
     int nla = 0;
-    for (int k = g; k < na; k += OUT_GROUPS) {
-        const int n = ids[k];
-        float4 w[QV];
-        load_row(W2 + (size_t)n * HID, j, w);
-        float s = 0.f;
-#pragma unroll
-        for (int q = 0; q < QV; ++q) s += dot4(w[q], hr[q]);
-        const float z = group_sum(s) + __ldg(b2 + n);
+    // acc = a * acc + c * w; the label sums; z kept in vals
+    auto take = [&](const float z, const float4 (&w)[QV], const int n, const int k) {
         if (j == 0) v[k] = z;
-        float a, c;                                  // acc = a * acc + c * w
+        float a, c;
         if (z > m) { a = expf(m - z); c = 1.f; d = d * a + 1.f; m = z; }
         else { a = 1.f; c = expf(z - m); d += c; }
 #pragma unroll
@@ -148,6 +142,24 @@ slide_output(const float* __restrict__ h, const float* __restrict__ W2, const fl
                 yac[q].x += w[q].x; yac[q].y += w[q].y; yac[q].z += w[q].z; yac[q].w += w[q].w;
             }
         }
+    };
+    // A warp takes 8 consecutive entries an iteration (two rows per group, loaded together); the
+    // loop bounds are warp-uniform so every lane joins the group shuffles.
+    const int warp = tid >> 5, sub = (tid >> 3) & 3;
+    for (int base = warp * 8; base < na; base += 2 * OUT_GROUPS) {
+        const int ka = base + sub, kb = base + 4 + sub;
+        const bool va = ka < na, vb = kb < na;
+        const int n_a = va ? ids[ka] : 0, n_b = vb ? ids[kb] : 0;
+        float4 wa[QV], wb[QV];
+        load_row(W2 + (size_t)n_a * HID, j, wa);
+        load_row(W2 + (size_t)n_b * HID, j, wb);
+        float sa = 0.f, sb = 0.f;
+#pragma unroll
+        for (int q = 0; q < QV; ++q) { sa += dot4(wa[q], hr[q]); sb += dot4(wb[q], hr[q]); }
+        sa = group_sum(sa);
+        sb = group_sum(sb);
+        if (va) take(sa + __ldg(b2 + n_a), wa, n_a, ka);
+        if (vb) take(sb + __ldg(b2 + n_b), wb, n_b, kb);
     }
 #pragma unroll
     for (int q = 0; q < QV; ++q) {

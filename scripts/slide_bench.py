@@ -59,8 +59,8 @@ def time_steps(eng, data, B, steps, warm, rng, N):
         j = (warm + i) % nb
         eng.step(eng.batch(data, j * B, (j + 1) * B), pads[warm + i])
     e.record()
-    e.synchronize()
     host = (time.perf_counter() - t0) * 1e3 / steps
+    e.synchronize()
     ms = e.time_since(s) / steps
     ph = {k: v / steps for k, v in eng.phase_times().items()}
     st = eng.epoch_stats()

@@ -266,6 +266,24 @@ def test_predict_topk_matches_numpy(variant):
     assert set(pk) == {"p@1", "p@5"}
 
 
+def test_predict_topk_long_rows_few_samples():
+    """Rows longer than shared memory with fewer rows than SMs (the last evaluation chunk)."""
+    from pipeline.models.slide import gpu
+    hp = hyper()
+    F, N, n = 100, 300_001, 37
+    rng = np.random.default_rng(34)
+    p = ref.init_params(F, N, hp, rng)
+    p.W2 *= 30.0
+    X = random_csr(rng, n, F, 10)
+    got = gpu.make_engine("slide", None, hp, p, F, N).predict_topk(X, 5, eval_batch=16)
+    want = ref.predict_topk(X, p, 5, eval_batch=16)
+    h = ref.hidden(X, p.copy(np.float64))
+    z = h @ p.W2.astype(np.float64).T + p.b2
+    for i in np.flatnonzero(~(got == want).all(axis=1)):
+        assert np.allclose(np.sort(z[i, got[i]]), np.sort(z[i, want[i]]), rtol=0, atol=1e-5), i
+    assert (got == want).all(axis=1).mean() > 0.9
+
+
 # ------------------------------------------------------------------ end to end
 
 

@@ -262,52 +262,73 @@ __device__ __forceinline__ void adam4(float4& w, float4& m, float4& v, const flo
 
 #define ROW_THREADS 256
 #define ROW_GROUPS (ROW_THREADS / 8)
+#ifndef ROW_MIN_BLOCKS
+#define ROW_MIN_BLOCKS 2               // 3 spills registers (measured with ptxas -v)
+#endif
 
-// Adam over the rows of W (R, HID) (and its bias, when given) with the row gradient computed here:
-//   g[r] = sum_{e in list[start[r] .. start[r+1])} ew[e] * H[sample(e)],  gb[r] = sum ew[e]
-// where sample(e) = e / ediv (ediv > 0) or eb[e]. lazy: rows without entries are left untouched;
-// else every row is updated (zero gradients decay the moments). An 8-lane group per row.
-extern "C" __global__ void __launch_bounds__(ROW_THREADS)
-adam_rows(float* __restrict__ W, float* __restrict__ Mw, float* __restrict__ Vw, float* __restrict__ bias,
-          float* __restrict__ Mb, float* __restrict__ Vb, int R, const int* __restrict__ start,
-          const int* __restrict__ list, const float* __restrict__ ew, int ediv, const int* __restrict__ eb,
-          const float* __restrict__ H, int lazy, float lr_t, float b1, float b2, float eps)
+// The rows with at least one entry (start[r + 1] > start[r]), in no particular order:
+// rows[0 .. *nrows) (*nrows zeroed beforehand). One thread per row.
+extern "C" __global__ void touched_rows(const int* __restrict__ start, int R, int* __restrict__ rows,
+                                        int* __restrict__ nrows)
 {
-    const int r = blockIdx.x * ROW_GROUPS + (threadIdx.x >> 3), j = threadIdx.x & 7;
-    if (r >= R) return;
-    const int e0 = start[r], e1 = start[r + 1];
-    if (lazy && e0 == e1) return;
-    float4 g[QV];
+    const int r = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
+    const bool t = r < R && start[r + 1] > start[r];
+    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, t);
+    int base = 0;
+    if (lane == 0 && ballot) base = atomicAdd(nrows, __popc(ballot));
+    base = __shfl_sync(0xFFFFFFFFu, base, 0);
+    if (t) rows[base + __popc(ballot & ((1u << lane) - 1u))] = r;
+}
+
+// Adam over rows of W (R, HID) (and its bias, when given) with the row gradient computed here:
+//   g[r] = sum_{e in list[start[r] .. start[r+1])} ew[e] * H[sample(e)],  gb[r] = sum ew[e]
+// where sample(e) = e / ediv (ediv > 0) or eb[e]. rows == nullptr: every row r < R (adam: zero
+// gradients decay the moments); else the rows rows[0 .. *nrows) only (lazy_adam). An 8-lane group
+// per row, grid-stride; the row's w, m, v loads are issued before the gradient's.
+extern "C" __global__ void __launch_bounds__(ROW_THREADS, ROW_MIN_BLOCKS)
+adam_rows(float* __restrict__ W, float* __restrict__ Mw, float* __restrict__ Vw, float* __restrict__ bias,
+          float* __restrict__ Mb, float* __restrict__ Vb, int R, const int* __restrict__ rows,
+          const int* __restrict__ nrows, const int* __restrict__ start, const int* __restrict__ list,
+          const float* __restrict__ ew, int ediv, const int* __restrict__ eb, const float* __restrict__ H,
+          float lr_t, float b1, float b2, float eps)
+{
+    const int n = rows ? *nrows : R, j = threadIdx.x & 7;
+    const int stride = gridDim.x * ROW_GROUPS;
+    for (int i = blockIdx.x * ROW_GROUPS + (threadIdx.x >> 3); i < n; i += stride) {
+        const int r = rows ? rows[i] : i;
+        float4* w4 = reinterpret_cast<float4*>(W + (size_t)r * HID);
+        float4* m4 = reinterpret_cast<float4*>(Mw + (size_t)r * HID);
+        float4* v4 = reinterpret_cast<float4*>(Vw + (size_t)r * HID);
+        float4 w[QV], m[QV], v[QV];
 #pragma unroll
-    for (int q = 0; q < QV; ++q) g[q] = make_float4(0.f, 0.f, 0.f, 0.f);
-    float gb = 0.f;
-    for (int i = e0; i < e1; ++i) {
-        const int e = list[i];
-        const float c = ew[e];
-        const int s = ediv > 0 ? e / ediv : eb[e];
-        float4 hv[QV];
-        load_row(H + (size_t)s * HID, j, hv);
-        gb += c;
+        for (int q = 0; q < QV; ++q) { w[q] = w4[j + 8 * q]; m[q] = m4[j + 8 * q]; v[q] = v4[j + 8 * q]; }
+        const int e0 = start[r], e1 = start[r + 1];
+        float4 g[QV];
+#pragma unroll
+        for (int q = 0; q < QV; ++q) g[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+        float gb = 0.f;
+        for (int k = e0; k < e1; ++k) {
+            const int e = list[k];
+            const float c = ew[e];
+            const int s = ediv > 0 ? e / ediv : eb[e];
+            float4 hv[QV];
+            load_row(H + (size_t)s * HID, j, hv);
+            gb += c;
+#pragma unroll
+            for (int q = 0; q < QV; ++q) {
+                g[q].x += c * hv[q].x; g[q].y += c * hv[q].y; g[q].z += c * hv[q].z; g[q].w += c * hv[q].w;
+            }
+        }
 #pragma unroll
         for (int q = 0; q < QV; ++q) {
-            g[q].x += c * hv[q].x; g[q].y += c * hv[q].y; g[q].z += c * hv[q].z; g[q].w += c * hv[q].w;
+            adam4(w[q], m[q], v[q], g[q], lr_t, b1, b2, eps);
+            w4[j + 8 * q] = w[q]; m4[j + 8 * q] = m[q]; v4[j + 8 * q] = v[q];
         }
-    }
-    float4* w4 = reinterpret_cast<float4*>(W + (size_t)r * HID);
-    float4* m4 = reinterpret_cast<float4*>(Mw + (size_t)r * HID);
-    float4* v4 = reinterpret_cast<float4*>(Vw + (size_t)r * HID);
-    float4 w[QV], m[QV], v[QV];
-#pragma unroll
-    for (int q = 0; q < QV; ++q) { w[q] = w4[j + 8 * q]; m[q] = m4[j + 8 * q]; v[q] = v4[j + 8 * q]; }
-#pragma unroll
-    for (int q = 0; q < QV; ++q) {
-        adam4(w[q], m[q], v[q], g[q], lr_t, b1, b2, eps);
-        w4[j + 8 * q] = w[q]; m4[j + 8 * q] = m[q]; v4[j + 8 * q] = v[q];
-    }
-    if (bias && j == 0) {
-        float bw = bias[r], bm = Mb[r], bv = Vb[r];
-        adam1(bw, bm, bv, gb, lr_t, b1, b2, eps);
-        bias[r] = bw; Mb[r] = bm; Vb[r] = bv;
+        if (bias && j == 0) {
+            float bw = bias[r], bm = Mb[r], bv = Vb[r];
+            adam1(bw, bm, bv, gb, lr_t, b1, b2, eps);
+            bias[r] = bw; Mb[r] = bm; Vb[r] = bv;
+        }
     }
 }
 

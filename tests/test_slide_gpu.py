@@ -88,7 +88,8 @@ def test_tables_exact_with_fifo_overflow(cap, dwta):
 # ------------------------------------------------------------------ query
 
 
-@pytest.mark.parametrize("case", ["plain", "threshold2", "truncate", "no_labels", "pad_all", "big_min"])
+@pytest.mark.parametrize("case", ["plain", "threshold2", "truncate", "no_labels", "pad_all", "big_min",
+                                  "global_scratch"])
 def test_query_active_sets_exact(case):
     import cupy as cp
     from pipeline.models.slide import gpu
@@ -101,6 +102,8 @@ def test_query_active_sets_exact(case):
         kw.update(min_active=10_000)                        # > N: every neuron
     if case == "big_min":
         kw.update(min_active=300, bucket_capacity=40)
+    if case == "global_scratch":                            # scratch too large for shared memory (Wiki's shape)
+        kw.update(L=300, bucket_capacity=128, max_active=500, threshold=2)
     hp = hyper(**kw)
     N, F, B = 700, 60, 37
     hp.max_active = hp.max_active or 0
@@ -124,6 +127,8 @@ def test_query_active_sets_exact(case):
         assert want.overflow_samples > 0
     if case == "pad_all":
         assert (np.diff(want.off) == N).all()
+    if case == "global_scratch":
+        assert eng.gscratch is not None
 
 
 # ------------------------------------------------------------------ one training step

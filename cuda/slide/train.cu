@@ -371,7 +371,8 @@ extern "C" __global__ void adam_dense(float* __restrict__ w, float* __restrict__
 
 // ------------------------------------------------------------------ dense baseline and evaluation
 // Full softmax of one row of Z = h W2^T (B, N) per block, in place: Z[b] <- dz = (p - y) / B
-// (0 without labels), with z = Z + b2; loss += batch-mean cross-entropy.
+// (0 without labels), with z = Z + b2 (added on the fly: two reads and one write of Z); loss +=
+// batch-mean cross-entropy.
 extern "C" __global__ void dense_softmax_xent(float* __restrict__ Z, const float* __restrict__ b2, int N,
                                               const int* __restrict__ yptr, const int* __restrict__ yidx, int r0,
                                               int B, double* __restrict__ loss)
@@ -385,7 +386,6 @@ extern "C" __global__ void dense_softmax_xent(float* __restrict__ Z, const float
     float m = -INFINITY, d = 0.f;
     for (int n = tid; n < N; n += blockDim.x) {
         const float x = z[n] + __ldg(b2 + n);
-        z[n] = x;
         if (x > m) { d = (m == -INFINITY ? 0.f : d * expf(m - x)) + 1.f; m = x; }
         else d += expf(x - m);
     }
@@ -403,13 +403,13 @@ extern "C" __global__ void dense_softmax_xent(float* __restrict__ Z, const float
         for (int i = 0; i < nw; ++i) M = fmaxf(M, sm_m[i]);
         for (int i = 0; i < nw; ++i) if (sm_m[i] != -INFINITY) D += sm_d[i] * expf(sm_m[i] - M);
         float zs = 0.f;
-        for (int i = 0; i < nl; ++i) zs += z[labs[i]];
+        for (int i = 0; i < nl; ++i) zs += z[labs[i]] + b2[labs[i]];
         sM = M; sD = D;
         if (nl) atomicAdd(loss, -((double)zs - (double)nl * ((double)M + log((double)D))) / (double)nl / (double)B);
     }
     __syncthreads();
     const float M = sM, D = sD, inv_b = 1.f / (float)B;
-    for (int n = tid; n < N; n += blockDim.x) z[n] = nl ? expf(z[n] - M) / D * inv_b : 0.f;
+    for (int n = tid; n < N; n += blockDim.x) z[n] = nl ? expf(z[n] + __ldg(b2 + n) - M) / D * inv_b : 0.f;
     __syncthreads();
     for (int i = tid; i < nl; i += blockDim.x) z[labs[i]] -= inv_b / (float)nl;
 }

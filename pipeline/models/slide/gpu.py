@@ -41,7 +41,7 @@ from pipeline.gpu import kernels
 from pipeline.models.slide import reference as ref
 
 PHASES = ref.PHASES
-QUERY_THREADS = 512
+QUERY_THREADS = 1024        # a block a sample; two fit an SM with the Amazon scratch (96 KB)
 SCAN_TILE = 2048
 EVAL_BYTES = 1 << 31            # logits of one evaluation chunk (rows x N floats)
 
@@ -173,6 +173,18 @@ class _PinnedRing:
         self.events[s] = e
 
 
+def _fast(kernel):
+    """``kernel`` launched with CuPy arrays passed as raw device pointers (their ``.data.ptr``):
+    the CUDA array interface dict each array would otherwise build costs host time on every
+    launch, and a step launches about 25 kernels."""
+    nd = _cp().ndarray
+
+    def launch(grid, block, *args, shared: int = 0):
+        kernel(grid, block, *[a.data.ptr if type(a) is nd else a for a in args], shared=shared)
+    launch.kernel = kernel
+    return launch
+
+
 def _memset0(a) -> None:
     import pycuda.driver as drv
     from pipeline.gpu.graphs import current_stream
@@ -184,9 +196,9 @@ class _Scanner:
     """Exclusive scan of int32 arrays (``lsh.cu``: tiles, totals, apply); out has n + 1 entries."""
 
     def __init__(self, mod):
-        self.k_tiles = mod.kernel("scan_tiles", "PqP")
-        self.k_totals = mod.kernel("scan_totals", "Pi")
-        self.k_apply = mod.kernel("scan_apply", "PqPiP")
+        self.k_tiles = _fast(mod.kernel("scan_tiles", "PqP"))
+        self.k_totals = _fast(mod.kernel("scan_totals", "Pi"))
+        self.k_apply = _fast(mod.kernel("scan_apply", "PqPiP"))
         self.tsum = None
 
     def __call__(self, inp, n: int, out) -> None:
@@ -216,7 +228,8 @@ class _Engine:
         self.hp, self.F, self.N, self.H, self.ctx = hp, int(n_features), int(n_labels), H, ctx
         self.train_mod = kernels.load("slide", "train.cu", defines={"SLIDE_HID": H})
         self.lsh_mod = kernels.load("slide", "lsh.cu")
-        k = self.train_mod.kernel
+        def k(name, sig):
+            return _fast(self.train_mod.kernel(name, sig))
         self.k_input = k("input_fwd", "PPPiPPP")
         self.k_xcount = k("x_count", "PPiPPP")
         self.k_xscatter = k("x_scatter", "PPiiPPP")
@@ -314,7 +327,7 @@ class _Engine:
         if lazy:
             rows = self.rowsN if counter else self.rowsF
             self.k_touched((-(-R // 256),), (256,), start, _i32(R), rows, nr)
-            grid = 2 * self.sms
+            grid = 4 * self.sms                            # resident: 4 blocks an SM (64 registers a thread)
         else:
             rows, nr = 0, 0
             grid = min(-(-R // 32), 8 * self.sms)
@@ -404,16 +417,19 @@ class SlideGPU(_Engine):
         cp = _cp()
         self.hash_mod = kernels.load("slide", "hash.cu", defines={"SLIDE_K": int(hp.K), "SLIDE_BIN": int(hp.bin_size),
                                                                   "SLIDE_DWTA": int(bool(hp.dwta))})
-        self.k_hash = self.hash_mod.kernel("wta_hash", "PiiPiPP")
-        self.k_keys = self.hash_mod.kernel("wta_build_keys", "PiiPiPiiiP")
-        lk = self.lsh_mod.kernel
+        self.k_hash = _fast(self.hash_mod.kernel("wta_hash", "PiiPiPP"))
+        self.k_keys = _fast(self.hash_mod.kernel("wta_build_keys", "PiiPiPiiiP"))
+
+        def lk(name, sig):
+            return _fast(self.lsh_mod.kernel(name, sig))
         self.k_bounds = lk("seg_bounds", "PqiPP")
         self.k_kept = lk("seg_kept", "PPqiP")
         self.k_tscatter = lk("table_scatter", "PqiPPPPP")
         self.k_query = lk("slide_query", "PPPiiiPPiPPiiiiPPPiP")
         self.k_actstats = lk("act_stats", "PiP")
         self.k_dropped = lk("add_dropped", "PqqP")
-        tk = self.train_mod.kernel
+        def tk(name, sig):
+            return _fast(self.train_mod.kernel(name, sig))
         self.k_output = tk("slide_output", "PPPPPiPPiiPPPPP")
         self.k_ascatter = tk("act_scatter", "PPiPPP")
         self.L, self.nb = int(hp.L), int(hp.nbuckets)
@@ -626,7 +642,8 @@ class DenseGPU(_Engine):
             raise ConfigError(f"dense precision {precision!r}: expected fp32 or tf32")
         self.precision = precision
         self.name = f"dense_{precision}"
-        tk = self.train_mod.kernel
+        def tk(name, sig):
+            return _fast(self.train_mod.kernel(name, sig))
         self.k_softmax = tk("dense_softmax_xent", "PPiPPiiP")
         self.k_colsum = tk("col_sums", "PiiP")
         self.k_mask = tk("relu_mask", "PPi")

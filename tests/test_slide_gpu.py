@@ -68,10 +68,26 @@ def test_hash_codes_exact(K, L, bin_size, dwta):
 # ------------------------------------------------------------------ tables
 
 
-@pytest.mark.parametrize("cap,dwta", [(8, False), (3, True), (1000, False)])
-def test_tables_exact_with_fifo_overflow(cap, dwta):
-    hp = hyper(K=2, L=5, bin_size=4, bucket_capacity=cap, dwta=dwta)  # 16 buckets: heavy overflow
-    N = 3001
+@pytest.mark.parametrize("n", [0, 1, 2047, 2048, 2049, 1_000_003])
+def test_device_scan_matches_cumsum(n):
+    import cupy as cp
+    from pipeline.gpu import device
+    from pipeline.gpu import kernels
+    from pipeline.models.slide import gpu
+    device.init(0)
+    scan = gpu._Scanner(kernels.load("slide", "lsh.cu"))
+    x = np.random.default_rng(n).integers(0, 300, size=n).astype(np.int32)
+    out = cp.full(n + 1, -7, cp.int32)
+    scan(cp.asarray(x), n, out)
+    want = np.concatenate([[0], np.cumsum(x, dtype=np.int64)])
+    np.testing.assert_array_equal(out.get(), want)
+
+
+@pytest.mark.parametrize("K,bin_size,L,N,cap,dwta", [(2, 4, 5, 3001, 8, False), (2, 4, 5, 3001, 3, True),
+                                                      (2, 4, 5, 3001, 1000, False), (4, 8, 5, 20011, 2, False)])
+def test_tables_exact_with_fifo_overflow(K, bin_size, L, N, cap, dwta):
+    # 16 buckets: heavy overflow; 4096 buckets x 5 tables: a many-tile scan of the bucket sizes
+    hp = hyper(K=K, L=L, bin_size=bin_size, bucket_capacity=cap, dwta=dwta)
     eng, p, bins, order, rng = engine(hp, 40, N, seed=3)
     eng.rebuild()
     got = eng.tables()
@@ -79,7 +95,7 @@ def test_tables_exact_with_fifo_overflow(cap, dwta):
     np.testing.assert_array_equal(got.offsets, want.offsets)
     np.testing.assert_array_equal(got.ids, want.ids)
     assert got.dropped == want.dropped
-    if cap < 100:
+    if cap < 10:
         assert want.dropped > 0
     st = eng.epoch_stats()
     assert st["table_dropped"] == want.dropped and st["rebuilds"] == 1
@@ -155,7 +171,7 @@ NAMES = ("W1", "b1", "W2", "b2", "mW1", "vW1", "mb1", "vb1", "mW2", "vW2", "mb2"
 @pytest.mark.parametrize("optimizer", ["lazy_adam", "adam"])
 def test_steps_equal_reference_given_the_same_active_sets(optimizer):
     hp = hyper(K=3, L=10, bin_size=8, bucket_capacity=16, min_active=50, optimizer=optimizer, lr=5e-3)
-    F, N, n = 300, 2000, 150
+    F, N, n = 300, 5000, 150                     # N > 2048: a many-tile scan of the row counts
     eng, p0, bins, order, rng = engine(hp, F, N, seed=5)
     data = _data(rng, n, F, N)
     data.Y = sp.vstack([data.Y[:-3], sp.csr_matrix((3, N), dtype=np.float32)]).tocsr()   # unlabelled rows

@@ -59,8 +59,8 @@ def time_steps(eng, data, B, steps, warm, rng, N):
         j = (warm + i) % nb
         eng.step(eng.batch(data, j * B, (j + 1) * B), pads[warm + i])
     e.record()
-    e.synchronize()
     host = (time.perf_counter() - t0) * 1e3 / steps
+    e.synchronize()
     ms = e.time_since(s) / steps
     ph = {k: v / steps for k, v in eng.phase_times().items()}
     st = eng.epoch_stats()
@@ -75,26 +75,31 @@ def main():
     ap.add_argument("--active", type=int, default=3000)
     ap.add_argument("--json", default="")
     ap.add_argument("--no-dense", action="store_true")
+    ap.add_argument("--shape", choices=("amazon", "wiki"), default="amazon",
+                    help="wiki: batch 128, K=5, L=350, 1,617,899 features, 325,056 labels (slide only)")
     a = ap.parse_args()
     from pipeline.gpu import device
     info = device.init(0)
     import pycuda.driver as drv
     from pipeline.models.slide import gpu
-    F, N, B = 135_909, 670_091, 256
+    wiki = a.shape == "wiki"
+    F, N, B = (1_617_899, 325_056, 128) if wiki else (135_909, 670_091, 256)
+    K, L = (5, 350) if wiki else (6, 50)
     rng = np.random.default_rng(0)
     t0 = time.perf_counter()
-    data = generate(rng, a.rows, F, N)
+    data = generate(rng, a.rows, F, N, *((42.5, 3.2) if wiki else (76, 5.45)))
     print(f"GPU: {info.name}; generated {a.rows} rows in {time.perf_counter() - t0:.1f} s "
           f"(nnz/row {data.X.nnz / a.rows:.1f}, labels/row {data.Y.nnz / a.rows:.2f})", flush=True)
     out = {"gpu": info.name}
-    hp = ref.Hyper(hidden=128, K=6, L=50, bin_size=8, bucket_capacity=128, min_active=1500,
-                   max_active=50 * 128 + int(np.diff(data.Y.indptr).max()), optimizer="lazy_adam")
+    hp = ref.Hyper(hidden=128, K=K, L=L, bin_size=8, bucket_capacity=128, min_active=1500,
+                   max_active=min(N, L * 128 + int(np.diff(data.Y.indptr).max())), optimizer="lazy_adam")
     p = ref.init_params(F, N, hp, rng)
     eng = gpu.SlideGPU(None, hp, p, F, N)
     eng.set_hash(ref.draw_hash(hp, rng), rng.permutation(N))
     eng.rebuild()
     drv.Context.synchronize()
     eng.phase_times()
+    eng.epoch_stats()
     s, e = drv.Event(), drv.Event()
     s.record()
     for _ in range(3):
@@ -103,10 +108,13 @@ def main():
     e.synchronize()
     rb = e.time_since(s) / 3
     st = eng.epoch_stats()
-    print(f"rebuild: {rb:.3f} ms ({rb / 25:.3f} ms a step at one rebuild per 6,400 samples); "
+    per = 6400 // B
+    print(f"shape {a.shape}: batch {B}, K={K}, L={L}, F={F}, N={N}", flush=True)
+    print(f"rebuild: {rb:.3f} ms ({rb / per:.3f} ms a step at one rebuild per 6,400 samples); "
           f"FIFO dropped {st['table_dropped'] / 3:.0f} inserts a build", flush=True)
     out["rebuild_ms"] = rb
-    for opt, mina in (("lazy_adam", 1500), ("lazy_adam", a.active), ("adam", 1500)):
+    configs = (("lazy_adam", 1500),) if wiki else (("lazy_adam", 1500), ("lazy_adam", a.active), ("adam", 1500))
+    for opt, mina in configs:
         eng.hp.optimizer = opt
         eng.lazy = opt == "lazy_adam"
         eng.hp.min_active = mina
@@ -114,11 +122,12 @@ def main():
         key = f"slide_{opt}_min{mina}"
         out[key] = dict(step_ms=ms, host_issue_ms=host, phases=ph, active_mean=st["active_mean"],
                         active_max=st["active_max"])
-        print(f"{key}: step {ms:.3f} ms (+ rebuild {rb / 25:.3f} amortised = {ms + rb / 25:.3f}); host issue "
-              f"{host:.3f} ms; active mean {st['active_mean']:.0f} max {st['active_max']:.0f}; loss {st['loss']:.4f}",
+        print(f"{key}: step {ms:.3f} ms (+ rebuild {rb / per:.3f} amortised = {ms + rb / per:.3f}); host issue "
+              f"{host:.3f} ms; active mean {st['active_mean']:.0f} max {st['active_max']:.0f}; loss {st['loss']:.4f}; "
+              f"query scratch in {'global' if eng.gscratch is not None else 'shared'} memory",
               flush=True)
         print("   " + ", ".join(f"{k} {v:.3f}" for k, v in ph.items()), flush=True)
-    if not a.no_dense:
+    if not a.no_dense and not wiki:
         del eng
         import cupy as cp
         cp.get_default_memory_pool().free_all_blocks()

@@ -123,16 +123,10 @@ slide_output(const float* __restrict__ h, const float* __restrict__ W2, const fl
     for (int q = 0; q < QV; ++q) { acc[q] = make_float4(0.f, 0.f, 0.f, 0.f); yac[q] = acc[q]; }
     float m = -INFINITY, d = 0.f, zl = 0.f;
     int nla = 0;
-    for (int k = g; k < na; k += OUT_GROUPS) {
-        const int n = ids[k];
-        float4 w[QV];
-        load_row(W2 + (size_t)n * HID, j, w);
-        float s = 0.f;
-#pragma unroll
-        for (int q = 0; q < QV; ++q) s += dot4(w[q], hr[q]);
-        const float z = group_sum(s) + __ldg(b2 + n);
+    // acc = a * acc + c * w; the label sums; z kept in vals
+    auto take = [&](const float z, const float4 (&w)[QV], const int n, const int k) {
         if (j == 0) v[k] = z;
-        float a, c;                                  // acc = a * acc + c * w
+        float a, c;
         if (z > m) { a = expf(m - z); c = 1.f; d = d * a + 1.f; m = z; }
         else { a = 1.f; c = expf(z - m); d += c; }
 #pragma unroll
@@ -148,6 +142,24 @@ slide_output(const float* __restrict__ h, const float* __restrict__ W2, const fl
                 yac[q].x += w[q].x; yac[q].y += w[q].y; yac[q].z += w[q].z; yac[q].w += w[q].w;
             }
         }
+    };
+    // A warp takes 8 consecutive entries an iteration (two rows per group, loaded together); the
+    // loop bounds are warp-uniform so every lane joins the group shuffles.
+    const int warp = tid >> 5, sub = (tid >> 3) & 3;
+    for (int base = warp * 8; base < na; base += 2 * OUT_GROUPS) {
+        const int ka = base + sub, kb = base + 4 + sub;
+        const bool va = ka < na, vb = kb < na;
+        const int n_a = va ? ids[ka] : 0, n_b = vb ? ids[kb] : 0;
+        float4 wa[QV], wb[QV];
+        load_row(W2 + (size_t)n_a * HID, j, wa);
+        load_row(W2 + (size_t)n_b * HID, j, wb);
+        float sa = 0.f, sb = 0.f;
+#pragma unroll
+        for (int q = 0; q < QV; ++q) { sa += dot4(wa[q], hr[q]); sb += dot4(wb[q], hr[q]); }
+        sa = group_sum(sa);
+        sb = group_sum(sb);
+        if (va) take(sa + __ldg(b2 + n_a), wa, n_a, ka);
+        if (vb) take(sb + __ldg(b2 + n_b), wb, n_b, kb);
     }
 #pragma unroll
     for (int q = 0; q < QV; ++q) {
@@ -250,52 +262,83 @@ __device__ __forceinline__ void adam4(float4& w, float4& m, float4& v, const flo
 
 #define ROW_THREADS 256
 #define ROW_GROUPS (ROW_THREADS / 8)
+#ifndef ROW_MIN_BLOCKS
+#define ROW_MIN_BLOCKS 4               // 64 registers a thread: no spills (ptxas -v)
+#endif
 
-// Adam over the rows of W (R, HID) (and its bias, when given) with the row gradient computed here:
-//   g[r] = sum_{e in list[start[r] .. start[r+1])} ew[e] * H[sample(e)],  gb[r] = sum ew[e]
-// where sample(e) = e / ediv (ediv > 0) or eb[e]. lazy: rows without entries are left untouched;
-// else every row is updated (zero gradients decay the moments). An 8-lane group per row.
-extern "C" __global__ void __launch_bounds__(ROW_THREADS)
-adam_rows(float* __restrict__ W, float* __restrict__ Mw, float* __restrict__ Vw, float* __restrict__ bias,
-          float* __restrict__ Mb, float* __restrict__ Vb, int R, const int* __restrict__ start,
-          const int* __restrict__ list, const float* __restrict__ ew, int ediv, const int* __restrict__ eb,
-          const float* __restrict__ H, int lazy, float lr_t, float b1, float b2, float eps)
+// The rows with at least one entry (start[r + 1] > start[r]), in no particular order:
+// rows[0 .. *nrows) (*nrows zeroed beforehand). One thread per row.
+extern "C" __global__ void touched_rows(const int* __restrict__ start, int R, int* __restrict__ rows,
+                                        int* __restrict__ nrows)
 {
-    const int r = blockIdx.x * ROW_GROUPS + (threadIdx.x >> 3), j = threadIdx.x & 7;
-    if (r >= R) return;
-    const int e0 = start[r], e1 = start[r + 1];
-    if (lazy && e0 == e1) return;
-    float4 g[QV];
+    const int r = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
+    const bool t = r < R && start[r + 1] > start[r];
+    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, t);
+    int base = 0;
+    if (lane == 0 && ballot) base = atomicAdd(nrows, __popc(ballot));
+    base = __shfl_sync(0xFFFFFFFFu, base, 0);
+    if (t) rows[base + __popc(ballot & ((1u << lane) - 1u))] = r;
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// Adam over rows of W (R, HID) (and its bias, when given) with the row gradient computed here:
+//   g[r] = sum_{e in list[start[r] .. start[r+1])} ew[e] * H[sample(e)],  gb[r] = sum ew[e]
+// where sample(e) = e / ediv (ediv > 0) or eb[e]. rows == nullptr: every row r < R (adam: zero
+// gradients decay the moments); else the rows rows[0 .. *nrows) only (lazy_adam). An 8-lane group
+// per row, grid-stride. The row's w, m, v lines are prefetched into L2 when the row is taken and
+// read after its gradient: no registers hold them meanwhile, so more rows are in flight per SM.
+extern "C" __global__ void __launch_bounds__(ROW_THREADS, ROW_MIN_BLOCKS)
+adam_rows(float* __restrict__ W, float* __restrict__ Mw, float* __restrict__ Vw, float* __restrict__ bias,
+          float* __restrict__ Mb, float* __restrict__ Vb, int R, const int* __restrict__ rows,
+          const int* __restrict__ nrows, const int* __restrict__ start, const int* __restrict__ list,
+          const float* __restrict__ ew, int ediv, const int* __restrict__ eb, const float* __restrict__ H,
+          float lr_t, float b1, float b2, float eps)
+{
+    constexpr int LINES = HID * 4 / 128;                 // 128-byte lines of a row
+    const int n = rows ? *nrows : R, j = threadIdx.x & 7;
+    const int stride = gridDim.x * ROW_GROUPS;
+    for (int i = blockIdx.x * ROW_GROUPS + (threadIdx.x >> 3); i < n; i += stride) {
+        const int r = rows ? rows[i] : i;
+        const size_t o = (size_t)r * HID;
+        for (int l = j; l < 3 * LINES; l += 8) {
+            const int a = l / LINES, c = (l % LINES) * 32;
+            prefetch_l2((a == 0 ? W : a == 1 ? Mw : Vw) + o + c);
+        }
+        const int e0 = start[r], e1 = start[r + 1];
+        float4 g[QV];
 #pragma unroll
-    for (int q = 0; q < QV; ++q) g[q] = make_float4(0.f, 0.f, 0.f, 0.f);
-    float gb = 0.f;
-    for (int i = e0; i < e1; ++i) {
-        const int e = list[i];
-        const float c = ew[e];
-        const int s = ediv > 0 ? e / ediv : eb[e];
-        float4 hv[QV];
-        load_row(H + (size_t)s * HID, j, hv);
-        gb += c;
+        for (int q = 0; q < QV; ++q) g[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+        float gb = 0.f;
+        for (int k = e0; k < e1; ++k) {
+            const int e = list[k];
+            const float c = ew[e];
+            const int s = ediv > 0 ? e / ediv : eb[e];
+            float4 hv[QV];
+            load_row(H + (size_t)s * HID, j, hv);
+            gb += c;
+#pragma unroll
+            for (int q = 0; q < QV; ++q) {
+                g[q].x += c * hv[q].x; g[q].y += c * hv[q].y; g[q].z += c * hv[q].z; g[q].w += c * hv[q].w;
+            }
+        }
+        float4* w4 = reinterpret_cast<float4*>(W + o);
+        float4* m4 = reinterpret_cast<float4*>(Mw + o);
+        float4* v4 = reinterpret_cast<float4*>(Vw + o);
 #pragma unroll
         for (int q = 0; q < QV; ++q) {
-            g[q].x += c * hv[q].x; g[q].y += c * hv[q].y; g[q].z += c * hv[q].z; g[q].w += c * hv[q].w;
+            float4 w = w4[j + 8 * q], m = m4[j + 8 * q], v = v4[j + 8 * q];
+            adam4(w, m, v, g[q], lr_t, b1, b2, eps);
+            w4[j + 8 * q] = w; m4[j + 8 * q] = m; v4[j + 8 * q] = v;
         }
-    }
-    float4* w4 = reinterpret_cast<float4*>(W + (size_t)r * HID);
-    float4* m4 = reinterpret_cast<float4*>(Mw + (size_t)r * HID);
-    float4* v4 = reinterpret_cast<float4*>(Vw + (size_t)r * HID);
-    float4 w[QV], m[QV], v[QV];
-#pragma unroll
-    for (int q = 0; q < QV; ++q) { w[q] = w4[j + 8 * q]; m[q] = m4[j + 8 * q]; v[q] = v4[j + 8 * q]; }
-#pragma unroll
-    for (int q = 0; q < QV; ++q) {
-        adam4(w[q], m[q], v[q], g[q], lr_t, b1, b2, eps);
-        w4[j + 8 * q] = w[q]; m4[j + 8 * q] = m[q]; v4[j + 8 * q] = v[q];
-    }
-    if (bias && j == 0) {
-        float bw = bias[r], bm = Mb[r], bv = Vb[r];
-        adam1(bw, bm, bv, gb, lr_t, b1, b2, eps);
-        bias[r] = bw; Mb[r] = bm; Vb[r] = bv;
+        if (bias && j == 0) {
+            float bw = bias[r], bm = Mb[r], bv = Vb[r];
+            adam1(bw, bm, bv, gb, lr_t, b1, b2, eps);
+            bias[r] = bw; Mb[r] = bm; Vb[r] = bv;
+        }
     }
 }
 
@@ -338,7 +381,8 @@ extern "C" __global__ void adam_dense(float* __restrict__ w, float* __restrict__
 
 // ------------------------------------------------------------------ dense baseline and evaluation
 // Full softmax of one row of Z = h W2^T (B, N) per block, in place: Z[b] <- dz = (p - y) / B
-// (0 without labels), with z = Z + b2; loss += batch-mean cross-entropy.
+// (0 without labels), with z = Z + b2 (added on the fly: two reads and one write of Z); loss +=
+// batch-mean cross-entropy.
 extern "C" __global__ void dense_softmax_xent(float* __restrict__ Z, const float* __restrict__ b2, int N,
                                               const int* __restrict__ yptr, const int* __restrict__ yidx, int r0,
                                               int B, double* __restrict__ loss)
@@ -352,7 +396,6 @@ extern "C" __global__ void dense_softmax_xent(float* __restrict__ Z, const float
     float m = -INFINITY, d = 0.f;
     for (int n = tid; n < N; n += blockDim.x) {
         const float x = z[n] + __ldg(b2 + n);
-        z[n] = x;
         if (x > m) { d = (m == -INFINITY ? 0.f : d * expf(m - x)) + 1.f; m = x; }
         else d += expf(x - m);
     }
@@ -370,13 +413,13 @@ extern "C" __global__ void dense_softmax_xent(float* __restrict__ Z, const float
         for (int i = 0; i < nw; ++i) M = fmaxf(M, sm_m[i]);
         for (int i = 0; i < nw; ++i) if (sm_m[i] != -INFINITY) D += sm_d[i] * expf(sm_m[i] - M);
         float zs = 0.f;
-        for (int i = 0; i < nl; ++i) zs += z[labs[i]];
+        for (int i = 0; i < nl; ++i) zs += z[labs[i]] + b2[labs[i]];
         sM = M; sD = D;
         if (nl) atomicAdd(loss, -((double)zs - (double)nl * ((double)M + log((double)D))) / (double)nl / (double)B);
     }
     __syncthreads();
     const float M = sM, D = sD, inv_b = 1.f / (float)B;
-    for (int n = tid; n < N; n += blockDim.x) z[n] = nl ? expf(z[n] - M) / D * inv_b : 0.f;
+    for (int n = tid; n < N; n += blockDim.x) z[n] = nl ? expf(z[n] + __ldg(b2 + n) - M) / D * inv_b : 0.f;
     __syncthreads();
     for (int i = tid; i < nl; i += blockDim.x) z[labs[i]] -= inv_b / (float)nl;
 }

@@ -41,7 +41,7 @@ from pipeline.gpu import kernels
 from pipeline.models.slide import reference as ref
 
 PHASES = ref.PHASES
-QUERY_THREADS = 512
+QUERY_THREADS = 1024        # a block a sample; two fit an SM with the Amazon scratch (96 KB)
 SCAN_TILE = 2048
 EVAL_BYTES = 1 << 31            # logits of one evaluation chunk (rows x N floats)
 
@@ -173,6 +173,18 @@ class _PinnedRing:
         self.events[s] = e
 
 
+def _fast(kernel):
+    """``kernel`` launched with CuPy arrays passed as raw device pointers (their ``.data.ptr``):
+    the CUDA array interface dict each array would otherwise build costs host time on every
+    launch, and a step launches about 25 kernels."""
+    nd = _cp().ndarray
+
+    def launch(grid, block, *args, shared: int = 0):
+        kernel(grid, block, *[a.data.ptr if type(a) is nd else a for a in args], shared=shared)
+    launch.kernel = kernel
+    return launch
+
+
 def _memset0(a) -> None:
     import pycuda.driver as drv
     from pipeline.gpu.graphs import current_stream
@@ -184,9 +196,9 @@ class _Scanner:
     """Exclusive scan of int32 arrays (``lsh.cu``: tiles, totals, apply); out has n + 1 entries."""
 
     def __init__(self, mod):
-        self.k_tiles = mod.kernel("scan_tiles", "PqP")
-        self.k_totals = mod.kernel("scan_totals", "Pi")
-        self.k_apply = mod.kernel("scan_apply", "PqPiP")
+        self.k_tiles = _fast(mod.kernel("scan_tiles", "PqP"))
+        self.k_totals = _fast(mod.kernel("scan_totals", "Pi"))
+        self.k_apply = _fast(mod.kernel("scan_apply", "PqPiP"))
         self.tsum = None
 
     def __call__(self, inp, n: int, out) -> None:
@@ -216,11 +228,13 @@ class _Engine:
         self.hp, self.F, self.N, self.H, self.ctx = hp, int(n_features), int(n_labels), H, ctx
         self.train_mod = kernels.load("slide", "train.cu", defines={"SLIDE_HID": H})
         self.lsh_mod = kernels.load("slide", "lsh.cu")
-        k = self.train_mod.kernel
+        def k(name, sig):
+            return _fast(self.train_mod.kernel(name, sig))
         self.k_input = k("input_fwd", "PPPiPPP")
         self.k_xcount = k("x_count", "PPiPPP")
         self.k_xscatter = k("x_scatter", "PPiiPPP")
-        self.k_adam_rows = k("adam_rows", "PPPPPPiPPPiPPiffff")
+        self.k_adam_rows = k("adam_rows", "PPPPPPiPPPPPiPPffff")
+        self.k_touched = k("touched_rows", "PiPP")
         self.k_adam_b1 = k("adam_hidden_bias", "PPPPiffff")
         self.scan = _Scanner(self.lsh_mod)
         self.upload(params)
@@ -233,6 +247,10 @@ class _Engine:
         self.steps = self.samples = self.rebuilds = 0
         self.cntF = cp.zeros(self.F, cp.int32)
         self.startF = cp.zeros(self.F + 1, cp.int32)
+        self.rowsF = cp.empty(self.F, cp.int32)
+        self.nrows = cp.zeros(2, cp.int32)                # touched rows of W1, of W2
+        from pipeline.gpu import device as _dev
+        self.sms = int(_dev.info().sm_count)
         self._nnz_cap = 0
         self._splits: Dict[int, DeviceSplit] = {}
 
@@ -300,14 +318,29 @@ class _Engine:
                             self.startF, self.listF)
         return nnz
 
+    def _adam_rows(self, W, M, V, bias, Mb, Vb, R: int, start, lst, ew, ediv: int, eb, H, lazy: bool,
+                   counter: int) -> None:
+        """Adam over W's rows with the gradient from the row lists; lazy: only rows with entries
+        (listed on the device first, then a resident grid walks the list)."""
+        hp, f = self.hp, np.float32
+        nr = int(self.nrows.data.ptr) + 4 * counter
+        if lazy:
+            rows = self.rowsN if counter else self.rowsF
+            self.k_touched((-(-R // 256),), (256,), start, _i32(R), rows, nr)
+            grid = 4 * self.sms                            # resident: 4 blocks an SM (64 registers a thread)
+        else:
+            rows, nr = 0, 0
+            grid = min(-(-R // 32), 8 * self.sms)
+        self.k_adam_rows((grid,), (256,), W, M, V, bias, Mb, Vb, _i32(R), rows, nr, start, lst, ew, _i32(ediv), eb, H,
+                         f(self.lr_t()), f(hp.beta1), f(hp.beta2), f(hp.eps))
+
     def _update_w1_b1(self, batch: DeviceBatch, dh, lazy: bool) -> None:
         hp, s = self.hp, batch.split
         base = int(s.x_indptr[batch.r0])
         xval_ptr = int(s.xval.data.ptr) + 4 * base
         f = np.float32
-        self.k_adam_rows((-(-self.F // 32),), (256,), self.W1, self.mW1, self.vW1, 0, 0, 0, _i32(self.F),
-                         self.startF, self.listF, xval_ptr, _i32(0), self.xeb, dh, _i32(1 if lazy else 0),
-                         f(self.lr_t()), f(hp.beta1), f(hp.beta2), f(hp.eps))
+        self._adam_rows(self.W1, self.mW1, self.vW1, 0, 0, 0, self.F, self.startF, self.listF, xval_ptr, 0, self.xeb,
+                        dh, lazy, 0)
         self.k_adam_b1((1,), (128,), self.b1, self.mb1, self.vb1, dh, _i32(len(batch)), f(self.lr_t()),
                        f(hp.beta1), f(hp.beta2), f(hp.eps))
 
@@ -358,7 +391,13 @@ class _Engine:
             self._input(DeviceBatch(ds, 0, m), hv)
             sgemm(hv, self.W2, Zv, trans_b=True, precision="fp32")
             kb((-(-(m * self.N) // 256),), (256,), Zv, self.b2, _i32(m), _i32(self.N))
-            plan = plans.get(m) or plans.setdefault(m, TopnPlan(m, self.N, k))
+            plan = plans.get(m)
+            if plan is None:
+                try:
+                    plan = TopnPlan(m, self.N, k)
+                except ValueError:       # a row too long for shared memory: the atomic kernel streams it
+                    plan = TopnPlan(m, self.N, k, method="early_exit")
+                plans[m] = plan
             P, I = cp.empty((m, k), cp.float32), cp.empty((m, k), cp.int32)
             plan.run(Zv, P, I)
             out[r0:r1] = I.get()
@@ -378,16 +417,19 @@ class SlideGPU(_Engine):
         cp = _cp()
         self.hash_mod = kernels.load("slide", "hash.cu", defines={"SLIDE_K": int(hp.K), "SLIDE_BIN": int(hp.bin_size),
                                                                   "SLIDE_DWTA": int(bool(hp.dwta))})
-        self.k_hash = self.hash_mod.kernel("wta_hash", "PiiPiPP")
-        self.k_keys = self.hash_mod.kernel("wta_build_keys", "PiiPiPiiiP")
-        lk = self.lsh_mod.kernel
+        self.k_hash = _fast(self.hash_mod.kernel("wta_hash", "PiiPiPP"))
+        self.k_keys = _fast(self.hash_mod.kernel("wta_build_keys", "PiiPiPiiiP"))
+
+        def lk(name, sig):
+            return _fast(self.lsh_mod.kernel(name, sig))
         self.k_bounds = lk("seg_bounds", "PqiPP")
         self.k_kept = lk("seg_kept", "PPqiP")
         self.k_tscatter = lk("table_scatter", "PqiPPPPP")
         self.k_query = lk("slide_query", "PPPiiiPPiPPiiiiPPPiP")
         self.k_actstats = lk("act_stats", "PiP")
         self.k_dropped = lk("add_dropped", "PqqP")
-        tk = self.train_mod.kernel
+        def tk(name, sig):
+            return _fast(self.train_mod.kernel(name, sig))
         self.k_output = tk("slide_output", "PPPPPiPPiiPPPPP")
         self.k_ascatter = tk("act_scatter", "PPiPPP")
         self.L, self.nb = int(hp.L), int(hp.nbuckets)
@@ -404,6 +446,7 @@ class SlideGPU(_Engine):
         self.tids = cp.zeros(max(1, self.L * self.N), cp.int32)
         self.cntN = cp.zeros(self.N, cp.int32)
         self.startN = cp.zeros(self.N + 1, cp.int32)
+        self.rowsN = cp.empty(self.N, cp.int32)
         self._B = self._C = self._last_B = 0
         self.pad_ring = None
 
@@ -567,10 +610,9 @@ class SlideGPU(_Engine):
         self._feature_lists(batch)
         t5 = ph.lap("hidden_bwd", t4)
         self.t += 1
-        f = np.float32
-        self.k_adam_rows((-(-self.N // 32),), (256,), self.W2, self.mW2, self.vW2, self.b2, self.mb2, self.vb2,
-                         _i32(self.N), self.startN, self.listN, self.vals, _i32(self.stride), 0, self.h,
-                         _i32(1 if self.lazy else 0), f(self.lr_t()), f(hp.beta1), f(hp.beta2), f(hp.eps))
+        _memset0(self.nrows)
+        self._adam_rows(self.W2, self.mW2, self.vW2, self.b2, self.mb2, self.vb2, self.N, self.startN, self.listN,
+                        self.vals, self.stride, 0, self.h, self.lazy, 1)
         self._update_w1_b1(batch, self.dh, self.lazy)
         ph.lap("update", t5)
         self._last_B = B
@@ -600,7 +642,8 @@ class DenseGPU(_Engine):
             raise ConfigError(f"dense precision {precision!r}: expected fp32 or tf32")
         self.precision = precision
         self.name = f"dense_{precision}"
-        tk = self.train_mod.kernel
+        def tk(name, sig):
+            return _fast(self.train_mod.kernel(name, sig))
         self.k_softmax = tk("dense_softmax_xent", "PPiPPiiP")
         self.k_colsum = tk("col_sums", "PiiP")
         self.k_mask = tk("relu_mask", "PPi")
@@ -651,6 +694,7 @@ class DenseGPU(_Engine):
                           lr, f(hp.beta1), f(hp.beta2), f(hp.eps))
         self.k_adam_dense((min(4096, -(-self.N // 1024) + 1),), (256,), self.b2, self.mb2, self.vb2, self.gb2,
                           np.int64(self.N), lr, f(hp.beta1), f(hp.beta2), f(hp.eps))
+        _memset0(self.nrows)
         self._update_w1_b1(batch, dh, self.lazy)
         ph.lap("update", t4)
         self.stats_acc[0] += np.uint64(B * self.N)

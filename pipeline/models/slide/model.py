@@ -235,6 +235,9 @@ class SlideModel(Model):
                     rep.metrics[f"summary/{v}/{key}"] = float(x)
         main = self.ours[0]
         rep.metrics["summary/objective"] = float(rows[0]["epoch_ms"]) if rows else math.nan
+        for key, x in rows[0].items():                 # the headline numbers of our first variant
+            if key.startswith(("x_vs_", "p1_vs_")) and x is not None:
+                rep.metrics[f"summary/best_{key}"] = float(x)
         rep.metrics["summary/chance_p@1"] = self.chance
         rep.notes.append(f"{main}: max_active {hp.max_active}, min_active {min(hp.min_active, d.n_labels)}, "
                          f"threshold {hp.threshold}, rebuild every {hp.rebuild_every} samples "

@@ -643,3 +643,10 @@ def test_gpu_step_check_logic(compose, tmp_path):
     assert m.check_gpu_step() < 1e-9 and not m.failures
     Stand.scale = 1.01
     assert m.check_gpu_step() > 5e-3 and "differs from the NumPy step" in m.failures[0]
+
+
+def test_cli_bad_config_one_line(cli):
+    r = cli("model=slide", "model.bin_size=6", timeout=120)
+    assert r.returncode != 0
+    err = [ln for ln in r.stderr.splitlines() if "model.bin_size=6" in ln]
+    assert err and "power of two" in err[0] and "Traceback" not in r.stderr

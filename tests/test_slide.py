@@ -650,3 +650,11 @@ def test_cli_bad_config_one_line(cli):
     assert r.returncode != 0
     err = [ln for ln in r.stderr.splitlines() if "model.bin_size=6" in ln]
     assert err and "power of two" in err[0] and "Traceback" not in r.stderr
+
+
+def test_small_preset_off(compose):
+    from pipeline.config import validate
+    from pipeline.config.slide import effective
+    cfg = compose(["model=slide", "model.small=null", "model.K=2"])
+    validate(cfg)
+    assert effective(cfg.model, "small") is cfg.model and cfg.model.K == 2

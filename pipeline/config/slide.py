@@ -1,7 +1,7 @@
 """Schema and checks for model=slide (SLIDE: LSH-sampled softmax training)."""
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from omegaconf import OmegaConf
 
@@ -37,7 +37,7 @@ class SlideConf(ModelConf):
     eval_rows: int = 0            # test rows evaluated (0: all)
     topk: List[int] = field(default_factory=lambda: [1, 5])
     tolerance: float = 1e-3
-    small: Dict[str, Any] = field(default_factory=dict)   # size=small: these model keys replace the ones above
+    small: Optional[Dict[str, Any]] = None   # size=small: these model keys replace the ones above (null: none)
 
 
 def effective(m, size: str):
@@ -52,7 +52,7 @@ store("model", "schema_slide", SlideConf)
 
 @validator("slide")
 def _check(cfg) -> None:
-    for k in cfg.model.small:
+    for k in cfg.model.small or {}:
         require(k in SlideConf.__dataclass_fields__ and k not in ("small", "name", "impl", "variants", "baselines"),
                 f"model.small.{k}", cfg.model.small[k], "keys of the model config (e.g. K, L, min_active, lr)")
     _check_model(cfg.model)

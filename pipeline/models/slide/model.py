@@ -75,7 +75,7 @@ class SlideModel(Model):
         self.mcfg = effective(m, ctx.size)
         if self.mcfg is not m:
             ctx.notice("size=small: model " + " ".join(f"{k}={v}" for k, v in m.small.items()) +
-                       " (model.small; model.small={} keeps the full settings)")
+                       " (model.small; model.small=null keeps the full settings)")
         from pipeline.data import xc
         self.data = xc.load(cfg.dataset, data_dir=cfg.data_dir, cache_dir=cfg.cache_dir, size=ctx.size,
                             seed=int(cfg.seed), notice=ctx.notice)

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from omegaconf import OmegaConf
 
 from pipeline.data import xc, xc_synth
 from pipeline.errors import ConfigError, DataError
@@ -342,6 +341,17 @@ def test_dataset_configs_compose_and_check(compose, name):
     assert cfg.dataset.format == "xc"
     if name == "slide_default":
         assert cfg.dataset.name == "amazon670k" and cfg.dataset.labels == 670091
+
+
+@pytest.mark.parametrize("name", ["amazon670k", "wiki325k"])
+def test_generated_dataset_configs_carry_the_published_shapes(compose, name):
+    d = compose([f"dataset={name}"]).dataset
+    for key, value in xc_synth.SHAPES[name].items():
+        assert d[key] == value, key
+    spec, tr, te, _ = xc_synth.spec_from_cfg(d, "full")
+    assert (spec.features, spec.labels, tr, te) == (d.features, d.labels, d.train_rows, d.test_rows)
+    spec, tr, te, what = xc_synth.spec_from_cfg(d, "small")
+    assert (spec.features, spec.labels, tr, te) == (2000, 5000, 4000, 1000) and what == "small preset"
 
 
 @pytest.mark.parametrize("override,key", [

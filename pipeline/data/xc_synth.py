@@ -2,8 +2,9 @@
 
 What the generator plants (all draws from ``numpy.random.Generator(PCG64)``, seeded):
 
-- **Labels**: power-law (Zipf) frequencies, ``p(rank r) ~ (r + 1)^-zipf`` over all L labels, ranks
-  randomly permuted over label ids. A row has ``1 + Poisson(labels_per_row' - 1)`` distinct labels
+- **Labels**: power-law (Zipf-like) frequencies: rank ``floor(x) - 1`` with ``x`` drawn from the
+  density ``~ x^-zipf`` on ``[1, L + 1)`` (inverse-CDF sampling, no table), ranks randomly
+  permuted over label ids. A row has ``1 + Poisson(labels_per_row' - 1)`` distinct labels
   (``labels_per_row'`` corrects for the rows without labels), except a fraction ``empty_rows`` of
   rows with none (as real XMLRepo files have a few).
 - **Features**: each label owns ``prototypes`` feature ids (uniform). A row draws about

@@ -315,15 +315,15 @@ def test_planted_structure_is_learnable(small):
     best constant prediction (the most frequent training label) by a wide margin on test rows."""
     from sklearn.preprocessing import normalize
     tr, te = small
-    centroids = normalize((tr.Y.T @ tr.X).tocsr())
-    top = np.asarray((te.X @ centroids.T).toarray().argmax(1)).ravel()
+    centroids = normalize((tr.Y.T @ tr.X).tocsr()).toarray()          # (L, F)
+    top = np.asarray(te.X @ centroids.T).argmax(1)
     p1 = float(np.asarray(te.Y[np.arange(te.n), top]).mean())
     const = int(np.argmax(np.bincount(tr.Y.indices, minlength=SMALL.labels)))
     p1_const = float(te.Y[:, const].toarray().mean())
     assert p1 > 0.5 and p1 > 5 * p1_const, (p1, p1_const)
     # and the labels really come from the features: shuffled test features are not predictable
     perm = np.random.default_rng(0).permutation(te.n)
-    top_shuf = np.asarray((te.X[perm] @ centroids.T).toarray().argmax(1)).ravel()
+    top_shuf = np.asarray(te.X[perm] @ centroids.T).argmax(1)
     assert float(np.asarray(te.Y[np.arange(te.n), top_shuf]).mean()) < p1 / 4
 
 

@@ -299,6 +299,10 @@ def test_generator_is_deterministic_by_seed(small):
         assert (a.X != b.X).nnz == 0 and (a.Y != b.Y).nnz == 0
         assert np.array_equal(a.X.data, b.X.data)
     assert (small[0].Y != other[0].Y).nnz > 0
+    serial = xc_synth.generate_split(SMALL, 7, "test", workers=1)
+    threaded = xc_synth.generate_split(SMALL, 7, "test", workers=3)
+    assert (serial.X != small[1].X).nnz == 0 and (threaded.X != small[1].X).nnz == 0
+    assert (serial.Y != threaded.Y).nnz == 0
 
 
 def test_scaled_rows_are_a_prefix():

@@ -175,24 +175,25 @@ def _block(spec: Spec, st: _Structure, seed: int, split: int, b: int, n: int):
 
 
 def generate_split(spec: Spec, seed: int, split: str, rows: Optional[int] = None,
-                   structure: Optional[_Structure] = None, progress=None) -> XCSplit:
+                   structure: Optional[_Structure] = None, progress=None, workers: int = 0) -> XCSplit:
     """Rows of ``split`` ("train" or "test"); ``rows`` (default the spec's) takes a prefix."""
     code = {"train": 1, "test": 2}[split]
     total = int(rows if rows is not None else (spec.train_rows if split == "train" else spec.test_rows))
     st = structure or _Structure(spec, seed)
-    parts = []
     nblocks = (total + BLOCK_ROWS - 1) // BLOCK_ROWS
-    it = range(nblocks)
-    if progress is not None:
-        it = progress(it, desc=f"generate {split}", total=nblocks)
-    for b in it:
+
+    def one(b: int):
         r0 = b * BLOCK_ROWS
         n = min(BLOCK_ROWS, total - r0)
         frow, fid, v, lrow, lid = _block(spec, st, seed, code, b, BLOCK_ROWS)
         if n < BLOCK_ROWS:      # the last block: the same draws as a full block, first n rows
             fk, lk = frow < n, lrow < n
             frow, fid, v, lrow, lid = frow[fk], fid[fk], v[fk], lrow[lk], lid[lk]
-        parts.append((np.bincount(frow, minlength=n), fid, v, np.bincount(lrow, minlength=n), lid))
+        return np.bincount(frow, minlength=n), fid, v, np.bincount(lrow, minlength=n), lid
+    # blocks on threads (NumPy releases the GIL in its loops), collected in order: the result
+    # does not depend on the number of workers
+    from pipeline.data.radixnet import parallel_map
+    parts = list(parallel_map(one, nblocks, workers, progress, f"generate {split}"))
     return XCSplit(_csr([p[0] for p in parts], [p[1] for p in parts], [p[2] for p in parts], total, spec.features),
                    _csr([p[3] for p in parts], [p[4] for p in parts], None, total, spec.labels))
 

@@ -146,6 +146,13 @@ def test_round_trip_random_split_any_block_size(tmp_path, block):
     assert np.diff(Y.indptr).min() == 0                     # some rows without labels went through
 
 
+def test_byte_order_mark_skipped(tmp_path):
+    p = tmp_path / "bom.txt"
+    p.write_bytes(b"\xef\xbb\xbf" + GOOD.encode())
+    s, F, L = xc.read_xc(p)
+    assert (s.n, F, L) == (6, 12, 7)
+
+
 def test_trailing_blank_lines_ignored(tmp_path):
     s, _, _ = xc.read_xc(write(tmp_path / "t.txt", "2 4 3\n0 1:1\n1 2:1\n\n\n"))
     assert s.n == 2

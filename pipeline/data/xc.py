@@ -401,6 +401,8 @@ def read_xc(path, block_bytes: int = BLOCK_BYTES) -> Tuple[XCSplit, int, int]:
             head = f.read(max(block_bytes, 1 << 16))
         except (OSError, EOFError) as e:
             raise DataError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
+        if head.startswith(b"\xef\xbb\xbf"):       # a UTF-8 byte-order mark
+            head = head[3:]
         cut = head.find(b"\n")
         if cut < 0 and len(head) >= max(block_bytes, 1 << 16):
             raise DataError(f"{path}:1: no header line ('N F L') within the first {len(head)} bytes")

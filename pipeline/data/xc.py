@@ -195,10 +195,11 @@ def _scan_swar(words: np.ndarray, starts: np.ndarray, lens: np.ndarray, dots: bo
 
 
 def _scan_plain(a: np.ndarray, words: np.ndarray, starts: np.ndarray, lens: np.ndarray, dots: bool = True):
-    """Fast path for tokens of digits with at most one '.' (15 digits at most): ``(mant, frac_digits,
-    has_dot, simple)``. Tokens of one length are gathered as rows of a byte matrix (a strided view,
-    no index arrays) and their digits combined by one exact float64 matrix-vector product per
-    position of the dot."""
+    """Fast path for tokens of digits with at most one '.' (``dots``; 15 digits at most):
+    ``(mant, frac_digits, has_dot, simple)``. Tokens of up to 8 bytes go through
+    :func:`_scan_swar`; longer ones are gathered, one length at a time, as rows of a byte matrix
+    (a strided view, no index arrays) and their digits combined by one exact float64
+    matrix-vector product per position of the dot."""
     n = starts.size
     mant = np.zeros(n, np.int64)
     frac = np.zeros(n, np.int64)
@@ -289,10 +290,10 @@ def _parse_ids(a, words, starts, lens, what: str, limit: int, limit_name: str) -
         i = int(first[0])
         s, e = int(starts[i]), int(starts[i] + lens[i])
         tok = bytes(a[s:e]).decode("utf-8", "replace")
-        if big[i] or tok.isdigit():
+        if big[i] or (tok.isascii() and tok.isdigit()):
             raise _Bad(s, f"{what} id {tok[:40]} >= {limit_name}={limit} declared in the header; "
                           f"ids are 0-based and must be below {limit_name}")
-        if tok.startswith("-") and tok[1:].isdigit():
+        if tok.startswith("-") and tok[1:].isascii() and tok[1:].isdigit():
             raise _Bad(s, f"negative {what} id {tok!r}; ids are 0-based non-negative integers")
         raise _Bad(s, f"{what} id {_shown(a, s, e)} is not a non-negative integer")
     return val

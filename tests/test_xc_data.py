@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from omegaconf import OmegaConf
 
 from pipeline.data import xc, xc_synth
 from pipeline.errors import ConfigError, DataError
@@ -145,6 +144,13 @@ def test_round_trip_random_split_any_block_size(tmp_path, block):
     assert (F2, L2) == (F, L)
     assert (s.X != X).nnz == 0 and (s.Y != Y).nnz == 0
     assert np.diff(Y.indptr).min() == 0                     # some rows without labels went through
+
+
+def test_byte_order_mark_skipped(tmp_path):
+    p = tmp_path / "bom.txt"
+    p.write_bytes(b"\xef\xbb\xbf" + GOOD.encode())
+    s, F, L = xc.read_xc(p)
+    assert (s.n, F, L) == (6, 12, 7)
 
 
 def test_trailing_blank_lines_ignored(tmp_path):
@@ -300,6 +306,10 @@ def test_generator_is_deterministic_by_seed(small):
         assert (a.X != b.X).nnz == 0 and (a.Y != b.Y).nnz == 0
         assert np.array_equal(a.X.data, b.X.data)
     assert (small[0].Y != other[0].Y).nnz > 0
+    serial = xc_synth.generate_split(SMALL, 7, "test", workers=1)
+    threaded = xc_synth.generate_split(SMALL, 7, "test", workers=3)
+    assert (serial.X != small[1].X).nnz == 0 and (threaded.X != small[1].X).nnz == 0
+    assert (serial.Y != threaded.Y).nnz == 0
 
 
 def test_scaled_rows_are_a_prefix():
@@ -316,15 +326,15 @@ def test_planted_structure_is_learnable(small):
     best constant prediction (the most frequent training label) by a wide margin on test rows."""
     from sklearn.preprocessing import normalize
     tr, te = small
-    centroids = normalize((tr.Y.T @ tr.X).tocsr())
-    top = np.asarray((te.X @ centroids.T).toarray().argmax(1)).ravel()
+    centroids = normalize((tr.Y.T @ tr.X).tocsr()).toarray()          # (L, F)
+    top = np.asarray(te.X @ centroids.T).argmax(1)
     p1 = float(np.asarray(te.Y[np.arange(te.n), top]).mean())
     const = int(np.argmax(np.bincount(tr.Y.indices, minlength=SMALL.labels)))
     p1_const = float(te.Y[:, const].toarray().mean())
     assert p1 > 0.5 and p1 > 5 * p1_const, (p1, p1_const)
     # and the labels really come from the features: shuffled test features are not predictable
     perm = np.random.default_rng(0).permutation(te.n)
-    top_shuf = np.asarray((te.X[perm] @ centroids.T).toarray().argmax(1)).ravel()
+    top_shuf = np.asarray(te.X[perm] @ centroids.T).argmax(1)
     assert float(np.asarray(te.Y[np.arange(te.n), top_shuf]).mean()) < p1 / 4
 
 
@@ -342,6 +352,17 @@ def test_dataset_configs_compose_and_check(compose, name):
     assert cfg.dataset.format == "xc"
     if name == "slide_default":
         assert cfg.dataset.name == "amazon670k" and cfg.dataset.labels == 670091
+
+
+@pytest.mark.parametrize("name", ["amazon670k", "wiki325k"])
+def test_generated_dataset_configs_carry_the_published_shapes(compose, name):
+    d = compose([f"dataset={name}"]).dataset
+    for key, value in xc_synth.SHAPES[name].items():
+        assert d[key] == value, key
+    spec, tr, te, _ = xc_synth.spec_from_cfg(d, "full")
+    assert (spec.features, spec.labels, tr, te) == (d.features, d.labels, d.train_rows, d.test_rows)
+    spec, tr, te, what = xc_synth.spec_from_cfg(d, "small")
+    assert (spec.features, spec.labels, tr, te) == (2000, 5000, 4000, 1000) and what == "small preset"
 
 
 @pytest.mark.parametrize("override,key", [

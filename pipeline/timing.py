@@ -111,8 +111,9 @@ def timer_for(backend: str):
 
 
 class Interval:
-    """Time one interval of work (e.g. a training epoch) on ``backend``: CUDA events on the legacy
-    default stream (``stop`` waits for the device), ``perf_counter`` on the CPU. ``stop`` -> ms."""
+    """Time one interval of work (e.g. a training epoch) on ``backend``: CUDA events on ``stream``
+    (default: the stream our launches use, see pipeline.gpu.graphs.current_stream; ``stop`` waits
+    for the device), ``perf_counter`` on the CPU. ``stop`` -> ms."""
 
     def __init__(self, backend: str, stream=None):
         self.cuda = backend == "cuda"
@@ -121,6 +122,9 @@ class Interval:
     def start(self) -> None:
         if self.cuda:
             import pycuda.driver as drv
+            from pipeline.gpu.graphs import current_stream
+            if self.stream is None:
+                self.stream = current_stream()
             self._a, self._b = drv.Event(), drv.Event()
             self._a.record(self.stream)
         else:

@@ -11,6 +11,9 @@ A trainer is any object with
   anything else), read after the epoch's timer stopped;
 * optionally ``work_per_epoch`` (samples, for the progress bar) and ``steps_per_epoch``.
 
+An entry of ``trainers`` may also be a zero-argument callable that builds the trainer: it is called
+when its turn comes and dropped after, so only one trainer's (device) memory is held at a time.
+
 :func:`fit` times each epoch with :class:`pipeline.timing.Interval` (CUDA events on the GPU,
 ``perf_counter`` on the CPU) and returns one :class:`History` per trainer; :func:`speedups` turns
 rows of a results table into ``x_vs_<baseline>`` columns.
@@ -78,17 +81,23 @@ def _finite(rec: Dict[str, float], keys: Sequence[str]) -> bool:
     return all(math.isfinite(float(rec[k])) for k in keys if k in rec)
 
 
-def fit(ctx, trainers: Sequence[Trainer], epochs: int, *, stop: Optional[Callable[[History], str]] = None,
-        watch: Sequence[str] = ("loss",), desc: str = "") -> Dict[str, History]:
+def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[History], str]] = None,
+        watch: Sequence[str] = ("loss",), desc: str = "", work_per_epoch: int = 0,
+        after: Optional[Callable[[Any], None]] = None) -> Dict[str, History]:
     """Train every trainer for ``epochs`` epochs, one after the other, and evaluate after each.
 
     ``stop(history) -> reason`` (empty: go on) ends a trainer early; a non-finite value of any
-    ``watch`` key (default: the loss) ends it too (``stopped = "non-finite loss"``)."""
-    work = sum(int(getattr(t, "work_per_epoch", 0) or 0) for t in trainers) * epochs
+    ``watch`` key (default: the loss) ends it too (``stopped = "non-finite loss"``).
+    ``work_per_epoch``: samples an epoch of each trainer for the bar when trainers are built
+    lazily (else read from the trainers). ``after(trainer)`` runs when a trainer is done."""
+    built = [t for t in trainers if not callable(t) or hasattr(t, "epoch")]
+    work = (work_per_epoch * len(trainers) if work_per_epoch else
+            sum(int(getattr(t, "work_per_epoch", 0) or 0) for t in built)) * epochs
     bar = ctx.progress(iter(()), desc=desc or "train", total=work or len(trainers) * epochs)
     out: Dict[str, History] = {}
     try:
-        for tr in trainers:
+        for entry in trainers:
+            tr = entry if hasattr(entry, "epoch") else entry()
             hist = History(tr.name, tr.kind)
             out[tr.name] = hist
             per_sample = bool(getattr(tr, "work_per_epoch", 0))
@@ -127,6 +136,9 @@ def fit(ctx, trainers: Sequence[Trainer], epochs: int, *, stop: Optional[Callabl
                     break
             if per_sample and hist.epochs < epochs:
                 bar.update(int(tr.work_per_epoch) * (epochs - hist.epochs))
+            if after is not None:
+                after(tr)
+            del tr
     finally:
         if hasattr(bar, "close"):
             bar.close()

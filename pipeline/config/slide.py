@@ -6,7 +6,7 @@ from typing import Any, Dict, List
 from omegaconf import OmegaConf
 
 from pipeline.config import ModelConf, is_pow2, require, store, validator
-from pipeline.models.slide.variants import HASHES, HIDDEN_SIZES, OPTIMIZERS, REGISTRY
+from pipeline.models.slide.variants import HASHES, HIDDEN_MAX, HIDDEN_STEP, OPTIMIZERS, REGISTRY
 
 
 @dataclass
@@ -66,7 +66,8 @@ def _check_model(m, small=()) -> None:
         return f"model.small.{name}" if name in small else f"model.{name}"
 
     bits = max(1, math.ceil(math.log2(m.bin_size))) if m.bin_size > 0 else 0
-    require(m.hidden in HIDDEN_SIZES, key("hidden"), m.hidden, f"one of {HIDDEN_SIZES} (the CUDA kernels' width)")
+    require(m.hidden % HIDDEN_STEP == 0 and HIDDEN_STEP <= m.hidden <= HIDDEN_MAX, key("hidden"), m.hidden,
+            f"a multiple of {HIDDEN_STEP} in {HIDDEN_STEP}..{HIDDEN_MAX} (the CUDA kernels' widths; paper: 128)")
     require(m.K >= 1, key("K"), m.K, "a positive number of codes per table")
     require(m.L >= 1, key("L"), m.L, "a positive number of tables")
     require(is_pow2(m.bin_size) and 2 <= m.bin_size <= m.hidden, key("bin_size"), m.bin_size,

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -436,9 +436,10 @@ def dense_forward_backward(Xb: sp.csr_matrix, labels, params: Params, hp: Hyper)
     y = np.asarray(Y.multiply(1.0 / np.maximum(nlab, 1)[:, None]).todense(), np.float64)
     loss = float(-(y * logp).sum() / B) if B else 0.0
     dz = (np.exp(logp) - y) / B * (nlab > 0)[:, None]
-    gW2 = (dz.T @ h.astype(np.float64)).astype(params.dtype)
     gb2 = dz.sum(axis=0).astype(params.dtype)
-    gW1, gb1 = hidden_backward(Xb, h, dz @ params.W2.astype(np.float64), params)
+    dz = dz.astype(params.dtype)
+    gW2 = dz.T @ h
+    gW1, gb1 = hidden_backward(Xb, h, dz @ params.W2, params)
     grads = Grads(gW1, gb1, gW2, gb2, np.unique(Xb.indices).astype(np.int64), np.arange(N, dtype=np.int64))
     return loss, grads, h
 

@@ -11,6 +11,6 @@ REGISTRY = Registry("slide", [
     VariantInfo("cpu_dense", BASELINE, "cpu", "NumPy dense full softmax, same Adam"),
 ], cpu_default="cpu")
 
-HIDDEN_SIZES = (128,)                 # hidden widths the CUDA kernels are written for
+HIDDEN_STEP, HIDDEN_MAX = 32, 256     # the CUDA kernels take hidden widths in multiples of 32 (registers: <= 256)
 OPTIMIZERS = ("adam", "lazy_adam")    # adam: every parameter every step (the paper); lazy_adam: touched rows
 HASHES = ("wta", "dwta")

@@ -263,7 +263,7 @@ __device__ __forceinline__ void adam4(float4& w, float4& m, float4& v, const flo
 #define ROW_THREADS 256
 #define ROW_GROUPS (ROW_THREADS / 8)
 #ifndef ROW_MIN_BLOCKS
-#define ROW_MIN_BLOCKS 4               // 64 registers a thread: no spills (ptxas -v)
+#define ROW_MIN_BLOCKS 2               // 3 spills registers (ptxas -v)
 #endif
 
 // The rows with at least one entry (start[r + 1] > start[r]), in no particular order:
@@ -280,17 +280,11 @@ extern "C" __global__ void touched_rows(const int* __restrict__ start, int R, in
     if (t) rows[base + __popc(ballot & ((1u << lane) - 1u))] = r;
 }
 
-__device__ __forceinline__ void prefetch_l2(const void* p)
-{
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 // Adam over rows of W (R, HID) (and its bias, when given) with the row gradient computed here:
 //   g[r] = sum_{e in list[start[r] .. start[r+1])} ew[e] * H[sample(e)],  gb[r] = sum ew[e]
 // where sample(e) = e / ediv (ediv > 0) or eb[e]. rows == nullptr: every row r < R (adam: zero
 // gradients decay the moments); else the rows rows[0 .. *nrows) only (lazy_adam). An 8-lane group
-// per row, grid-stride. The row's w, m, v lines are prefetched into L2 when the row is taken and
-// read after its gradient: no registers hold them meanwhile, so more rows are in flight per SM.
+// per row, grid-stride; the row's w, m, v loads are issued before the gradient's.
 extern "C" __global__ void __launch_bounds__(ROW_THREADS, ROW_MIN_BLOCKS)
 adam_rows(float* __restrict__ W, float* __restrict__ Mw, float* __restrict__ Vw, float* __restrict__ bias,
           float* __restrict__ Mb, float* __restrict__ Vb, int R, const int* __restrict__ rows,
@@ -298,16 +292,16 @@ adam_rows(float* __restrict__ W, float* __restrict__ Mw, float* __restrict__ Vw,
           const float* __restrict__ ew, int ediv, const int* __restrict__ eb, const float* __restrict__ H,
           float lr_t, float b1, float b2, float eps)
 {
-    constexpr int LINES = HID * 4 / 128;                 // 128-byte lines of a row
     const int n = rows ? *nrows : R, j = threadIdx.x & 7;
     const int stride = gridDim.x * ROW_GROUPS;
     for (int i = blockIdx.x * ROW_GROUPS + (threadIdx.x >> 3); i < n; i += stride) {
         const int r = rows ? rows[i] : i;
-        const size_t o = (size_t)r * HID;
-        for (int l = j; l < 3 * LINES; l += 8) {
-            const int a = l / LINES, c = (l % LINES) * 32;
-            prefetch_l2((a == 0 ? W : a == 1 ? Mw : Vw) + o + c);
-        }
+        float4* w4 = reinterpret_cast<float4*>(W + (size_t)r * HID);
+        float4* m4 = reinterpret_cast<float4*>(Mw + (size_t)r * HID);
+        float4* v4 = reinterpret_cast<float4*>(Vw + (size_t)r * HID);
+        float4 w[QV], m[QV], v[QV];
+#pragma unroll
+        for (int q = 0; q < QV; ++q) { w[q] = w4[j + 8 * q]; m[q] = m4[j + 8 * q]; v[q] = v4[j + 8 * q]; }
         const int e0 = start[r], e1 = start[r + 1];
         float4 g[QV];
 #pragma unroll
@@ -325,14 +319,10 @@ adam_rows(float* __restrict__ W, float* __restrict__ Mw, float* __restrict__ Vw,
                 g[q].x += c * hv[q].x; g[q].y += c * hv[q].y; g[q].z += c * hv[q].z; g[q].w += c * hv[q].w;
             }
         }
-        float4* w4 = reinterpret_cast<float4*>(W + o);
-        float4* m4 = reinterpret_cast<float4*>(Mw + o);
-        float4* v4 = reinterpret_cast<float4*>(Vw + o);
 #pragma unroll
         for (int q = 0; q < QV; ++q) {
-            float4 w = w4[j + 8 * q], m = m4[j + 8 * q], v = v4[j + 8 * q];
-            adam4(w, m, v, g[q], lr_t, b1, b2, eps);
-            w4[j + 8 * q] = w; m4[j + 8 * q] = m; v4[j + 8 * q] = v;
+            adam4(w[q], m[q], v[q], g[q], lr_t, b1, b2, eps);
+            w4[j + 8 * q] = w[q]; m4[j + 8 * q] = m[q]; v4[j + 8 * q] = v[q];
         }
         if (bias && j == 0) {
             float bw = bias[r], bm = Mb[r], bv = Vb[r];

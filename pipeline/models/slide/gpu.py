@@ -41,7 +41,8 @@ from pipeline.gpu import kernels
 from pipeline.models.slide import reference as ref
 
 PHASES = ref.PHASES
-QUERY_THREADS = 1024        # a block a sample; two fit an SM with the Amazon scratch (96 KB)
+QUERY_THREADS = 512         # a block a sample (scratch in shared memory; measured faster than 1024 at Amazon's shape)
+QUERY_THREADS_GLOBAL = 1024  # scratch in global memory (Wiki's shape: sorts of up to 64 K ids a block)
 SCAN_TILE = 2048
 EVAL_BYTES = 1 << 31            # logits of one evaluation chunk (rows x N floats)
 
@@ -327,7 +328,7 @@ class _Engine:
         if lazy:
             rows = self.rowsN if counter else self.rowsF
             self.k_touched((-(-R // 256),), (256,), start, _i32(R), rows, nr)
-            grid = 4 * self.sms                            # resident: 4 blocks an SM (64 registers a thread)
+            grid = 2 * self.sms                            # resident: 2 blocks an SM (the kernel's launch bounds)
         else:
             rows, nr = 0, 0
             grid = min(-(-R // 32), 8 * self.sms)
@@ -566,7 +567,8 @@ class SlideGPU(_Engine):
         yptr = batch.split.yptr if batch is not None else 0
         yidx = batch.split.yidx if batch is not None else 0
         r0 = batch.r0 if batch is not None else 0
-        self.k_query((B,), (QUERY_THREADS,), self.sbkt, self.G, self.tids, _i32(self.L), _i32(self.nb), _i32(self.N),
+        threads = QUERY_THREADS if self.gscratch is None else QUERY_THREADS_GLOBAL
+        self.k_query((B,), (threads,), self.sbkt, self.G, self.tids, _i32(self.L), _i32(self.nb), _i32(self.N),
                      yptr, yidx, _i32(r0), self.order, self.pad_dev, _i32(hp.threshold), _i32(hp.min_active),
                      _i32(self.stride), _i32(self._C), self.gscratch if self.gscratch is not None else 0,
                      self.act, self.act_cnt, _i32(self.stride), self.overflow, shared=self.q_smem)

@@ -5,6 +5,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import OmegaConf
 
+from pipeline.config.xc import check_xc_dataset
 from pipeline.config import ModelConf, is_pow2, require, store, validator
 from pipeline.models.slide.variants import HASHES, HIDDEN_MAX, HIDDEN_STEP, OPTIMIZERS, REGISTRY
 
@@ -59,6 +60,7 @@ def _check(cfg) -> None:
     if cfg.model.small:
         _check_model(effective(cfg.model, "small"), set(cfg.model.small))
     REGISTRY.check(cfg)
+    check_xc_dataset(cfg, model="slide")
 
 
 def _check_model(m, small=()) -> None:

@@ -22,8 +22,8 @@ GPU_SUITE = [
     # Wiki-325K shape (1,617,899 features, 325,056 labels; batch 128, K=5, L=350), a step budget
     ["model=slide", "dataset=wiki325k", "dataset.scale=0.1", "batch_size=128", "model.K=5", "model.L=350",
      "epochs=1", "model.max_steps=400", "model.eval_rows=10000", "model.baselines=[dense_tf32]"],
-    # one full Amazon-shape epoch (490,449 rows), slide alone
-    [*_AMAZON, "epochs=1", "model.baselines=[]"],
+    # one full Amazon-shape epoch (490,449 rows) against dense TF32
+    [*_AMAZON, "epochs=1", "model.baselines=[dense_tf32]"],
 ]
 
 _TINY = ["size=small", "epochs=1", "batch_size=64", "model.max_steps=3", "model.eval_rows=64"]

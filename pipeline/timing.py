@@ -244,3 +244,31 @@ def time_interleaved(fns: Sequence[Callable[[], object]], bench, backend: str = 
 
 def timer_for(backend: str):
     return time_cuda if backend == "cuda" else time_cpu
+
+
+class Interval:
+    """Time one interval of work (e.g. a training epoch) on ``backend``: CUDA events on ``stream``
+    (default: the stream our launches use, see pipeline.gpu.graphs.current_stream; ``stop`` waits
+    for the device), ``perf_counter`` on the CPU. ``stop`` -> ms."""
+
+    def __init__(self, backend: str, stream=None):
+        self.cuda = backend == "cuda"
+        self.stream = stream
+
+    def start(self) -> None:
+        if self.cuda:
+            import pycuda.driver as drv
+            from pipeline.gpu.graphs import current_stream
+            if self.stream is None:
+                self.stream = current_stream()
+            self._a, self._b = drv.Event(), drv.Event()
+            self._a.record(self.stream)
+        else:
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        if self.cuda:
+            self._b.record(self.stream)
+            self._b.synchronize()
+            return float(self._b.time_since(self._a))
+        return (time.perf_counter() - self._t0) * 1e3

@@ -198,6 +198,7 @@ PAPER_DEFAULTS = {
     "fewhot": dict(block_size=None, batch_size=None, epochs=None),
     "softmax_topn": dict(block_size=None, batch_size=None, epochs=None),
     "sparse_dnn": dict(block_size=None, batch_size=0, epochs=None),  # 0: all images in one batch
+    "slide": dict(block_size=None, batch_size=256, epochs=3),       # SLIDE: batch 256 (Amazon-670K)
     "wide_lr": dict(block_size=None, batch_size=1024, epochs=3),    # cuWide: batch 1024
     "wide_fm": dict(block_size=None, batch_size=1024, epochs=3),
 }
@@ -247,6 +248,7 @@ def test_refusals_name_the_key_to_set(compose):
              (["model=sparse_dnn", "block_size=64"], "model.block"),
              (["model=bcm", "epochs=9"], "model=bcm_cnn"),
              (["model=fewhot", "batch_size=8"], "model.rows"),
+             (["model=slide", "block_size=8"], "model.K"),
              # an experiment set the model's key itself: the typed knob would be ignored
              (["model=wide_lr", "model.batch_size=256", "batch_size=512"], "write model.batch_size=512")]
     for overrides, words in cases:

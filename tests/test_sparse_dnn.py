@@ -2,6 +2,7 @@
 the official golden subset, the RadiX-Net generator's structure, MNIST inputs, config checks, CLI."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,8 @@ from pipeline.models.sparse_dnn import reference as ref
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "hpec-1024"
-MNIST = Path("/work/shared/data/mnist")
-SHARED = MNIST.parent
+# the data directory of the config (env PIPELINE_DATA_DIR, else data/ of the project)
+MNIST = Path(os.environ.get("PIPELINE_DATA_DIR") or ROOT / "data") / "mnist"
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,7 @@ def test_radixnet_edges_match_table1():
         assert abs(N * 32 * 120 - e120) / e120 < 0.01
 
 
-@pytest.mark.skipif(not MNIST.is_dir(), reason="MNIST not present in ../shared/data")
+@pytest.mark.skipif(not MNIST.is_dir(), reason=f"MNIST not in {MNIST}")
 def test_mnist_inputs_density_and_layout():
     from pipeline.data.mnist import read_idx
     imgs = read_idx(MNIST / "train-images-idx3-ubyte.gz")[:1000]
@@ -227,9 +228,11 @@ def test_npz_loader_checks(tmp_path, net):
 def test_section_sizes():
     from pipeline.models.sparse_dnn.gpu import sections
     default = 48 * 1024
-    assert [sections(N, default) for N in (1024, 4096, 16384, 65536)] == [1, 1, 2, 8]
+    # snig keeps 64-bit fixed-point sums: 8 bytes per output neuron of a section
+    assert [sections(N, default) for N in (1024, 4096, 16384, 65536)] == [1, 1, 4, 16]
     optin = 227 * 1024 - 1024
-    assert [sections(N, optin) for N in (1024, 4096, 16384, 65536)] == [1, 1, 1, 2]
+    assert [sections(N, optin) for N in (1024, 4096, 16384, 65536)] == [1, 1, 1, 4]
+    assert [sections(N, default, elem=4) for N in (1024, 4096, 16384, 65536)] == [1, 1, 2, 8]
     assert sections(1024, default, 4) == 4
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import types
+import os
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,8 @@ from pipeline.models.sparse_dnn import reference as ref
 from pipeline.models.sparse_dnn.gpu import pack_csc, pack_sectioned, packed_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
-MNIST = Path("/work/shared/data/mnist")
+# the data directory of the config (env PIPELINE_DATA_DIR, else data/ of the project)
+MNIST = Path(os.environ.get("PIPELINE_DATA_DIR") or ROOT / "data") / "mnist"
 
 
 def _old_layer(N, l, seed=0):
@@ -218,20 +220,32 @@ def test_host_memory_estimate_of_the_largest_network():
 
 
 class _FakeRunner:
-    """Stands in for a GPU runner: answers the golden set; counts passes."""
+    """Stands in for a GPU runner: answers the golden set; counts passes; every pass leaves the same
+    digest of its final activations (``drift``: another one each pass)."""
     passes = []
+    drift = False
+    track = False
 
     def __init__(self, net, m, device, notice):
         self.net = net
 
+    @property
+    def digest(self):
+        return len(_FakeRunner.passes) if _FakeRunner.drift else 7
+
+    answer = None                      # categories to give instead of the golden set
+
+    def _cats(self):
+        return self.net.golden if _FakeRunner.answer is None else _FakeRunner.answer
+
     def profile(self):
         _FakeRunner.passes.append("profile")
-        return types.SimpleNamespace(categories=self.net.golden, rows=np.zeros(self.net.L), transfer_ms=1.0,
+        return types.SimpleNamespace(categories=self._cats(), rows=np.zeros(self.net.L), transfer_ms=1.0,
                                      compute_ms=1.0, info={"batch": self.net.images})
 
     def run(self, lo=0, hi=None):
         _FakeRunner.passes.append("run")
-        return self.net.golden
+        return self._cats()
 
 
 def _fake_model(compose, tmp_path, monkeypatch, budget, extra=()):
@@ -256,6 +270,55 @@ def test_budget_unlimited_runs_everything(compose, tmp_path, monkeypatch):
     assert [r["variant"] for r in model.rows] == ["snig", "bf", "cusparse"] and all(r["ok"] for r in model.rows)
     assert _FakeRunner.passes.count("profile") == 3 and _FakeRunner.passes.count("run") == 3 * (1 + 1 + 3)
     assert "passes" not in model.report().columns
+
+
+def test_passes_that_differ_bit_for_bit_fail_our_variants_only(compose, tmp_path, monkeypatch):
+    model, _ = _fake_model(compose, tmp_path, monkeypatch, 0)
+    monkeypatch.setattr(_FakeRunner, "drift", True)
+    model.execute()
+    by = {r["variant"]: r for r in model.rows}
+    assert [r["deterministic"] for r in model.rows] == ["NO: the final activations differ between passes"] * 2 + [
+        "not promised; NO: the final activations differ between passes"]
+    assert [f.split(":")[0].split("/")[1] for f in model.failures] == ["snig"]       # baselines: noted only
+    assert by["snig"]["ok"] and by["snig"]["exact"]
+    rep = model.report()
+    assert any(n.startswith("cusparse: deterministic not promised") for n in rep.notes)
+
+
+def test_check_allows_only_rounding_ambiguous_rows_to_differ(compose, tmp_path, monkeypatch):
+    model, _ = _fake_model(compose, tmp_path, monkeypatch, 0, ["model.baselines=[]"])
+    net = model.nets[0]
+    assert net.meta["golden_from"].startswith("exact CPU reference") and net.meta["ambiguous"] is not None
+    gold = [int(c) for c in net.golden]
+    free = [r for r in range(net.images) if r not in gold]
+    net.meta["ambiguous"] = np.array(free[:2], np.int64)            # pretend two rows are ambiguous
+    monkeypatch.setattr(_FakeRunner, "answer", np.array(sorted(gold + free[:1]), np.int64))
+    model.execute()
+    r = model.rows[0]
+    assert r["ok"] and not r["exact"] and r["ambiguous"] == 2 and r["amb_diff"] == 1 and not model.failures
+    rep = model.report()
+    assert any(f"classified otherwise than the exact semantics (allowed): [{free[0]}]" in n for n in rep.notes)
+    tag = f"{net.N}x{net.L}"
+    assert rep.metrics[f"summary/{tag}/rounding_ambiguous"] == 2.0
+    assert rep.metrics[f"summary/{tag}/snig/ambiguous_diff"] == 1.0 and rep.metrics[f"summary/{tag}/snig/exact"] == 0.0
+    # a row outside the ambiguous ones fails
+    model2, _ = _fake_model(compose, tmp_path, monkeypatch, 0, ["model.baselines=[]"])
+    model2.nets[0].meta["ambiguous"] = np.array(free[:1], np.int64)
+    monkeypatch.setattr(_FakeRunner, "answer", np.array(sorted(gold + free[1:2]), np.int64))
+    model2.execute()
+    assert not model2.rows[0]["ok"] and "outside the rounding-ambiguous rows" in model2.failures[0]
+
+
+def test_official_file_mismatch_is_arbitrated(compose, tmp_path, monkeypatch):
+    model, _ = _fake_model(compose, tmp_path, monkeypatch, 0, ["model.baselines=[]"])
+    net = model.nets[0]
+    net.meta["golden_from"], net.meta["ambiguous"] = "official file", None    # checked row for row
+    gold = [int(c) for c in net.golden]
+    extra = next(r for r in range(net.images) if r not in gold)
+    monkeypatch.setattr(_FakeRunner, "answer", np.array(sorted(gold + [extra]), np.int64))
+    model.execute()
+    assert not model.rows[0]["ok"] and model.rows[0]["ambiguous"] == "-"
+    assert f"the exact semantics says {extra}: not" in model.failures[0]
 
 
 def test_budget_exhausted_keeps_one_checked_pass_and_skips_baselines(compose, tmp_path, monkeypatch):

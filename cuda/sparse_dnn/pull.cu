@@ -6,6 +6,8 @@
 // the CSC layer [colptr (N+1) | rowidx (cap) | val (cap)] and, for each edge i, reads the 512 bytes
 // Yt[i][c0 .. c0+127] (coalesced). Every weight entry is thus read once per 128 images, and the
 // dense saturated survivors of deep layers cost plain coalesced loads and FMAs: no atomics.
+// Deterministic: every output is one lane's float32 FMA chain over j's in-edges in CSC order,
+// the same on every pass and every run whatever the grid or the live count.
 // After each layer pull_compact drops the images whose output row is all zero (a one-block scan),
 // and pull_gather moves the surviving columns left in place (only when some image died), so the
 // next layer's work is proportional to the live images. Grids are persistent (grid-stride over

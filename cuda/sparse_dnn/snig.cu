@@ -2,15 +2,35 @@
 //   Y_out = min(ymax, max(0, Z + bias * [Z != 0])),  Z = Y_in W
 // Y buffers are dense (rows x N) float; per-(row, section) flags say whether a section may hold a
 // nonzero. Invariant: flag == 0  =>  the section is all zero (a flag of 1 promises nothing).
+//
+// Determinism of the snig kernels: the forward feeding scatters each product into the output
+// with shared-memory atomics, whose order changes from run to run. Float additions in another
+// order give other roundings, so the partial sums are kept in 64-bit fixed point instead: each
+// product y * w is formed exactly in double, scaled by 2^K (scale = 2^K, inv = 2^-K, K chosen
+// by the host so that ymax * the largest column sum of |W| stays below 2^62) and rounded once to
+// an integer; integer addition is associative, so the sum does not depend on the order of the
+// atomics. The output is then (double)sum * 2^-K + bias rounded to float32 once.
+
+__device__ __forceinline__ unsigned long long snig_fixed(float y, float w, double scale)
+{
+    return (unsigned long long)__double2ll_rn((double)y * (double)w * scale);
+}
+
+__device__ __forceinline__ float snig_out(unsigned long long acc, double inv, float bias, float ymax)
+{
+    const long long z = (long long)acc;
+    if (z == 0) return 0.0f;                                  // bias only on nonzero sums
+    return fminf(fmaxf(__double2float_rn((double)z * inv + (double)bias), 0.0f), ymax);
+}
 
 // SNIG forward-feeding kernel (paper Algorithm 1, negation typo corrected), one launch per layer.
-// Grid (rows, S), block (dim_x, dim_y), dynamic shared memory 4 * sec floats.
+// Grid (rows, S), block (dim_x, dim_y), dynamic shared memory 8 * sec bytes (fixed-point sums).
 // W is one packed layer of sectioned CSR:  [col_w (S*N+1) | row_w (cap) | val_w (cap, float bits)]
 // where col_w[t*N + i] .. col_w[t*N + i + 1] lists input neuron i's targets inside output section t.
 extern "C" __global__ void snig_infer(const float* __restrict__ Yin, const unsigned char* __restrict__ nz_in,
                                       float* __restrict__ Yout, unsigned char* __restrict__ nz_out,
                                       const int* __restrict__ W, int N, int S, int sec, int cap,
-                                      float bias, float ymax)
+                                      float bias, float ymax, double scale, double inv)
 {
     const int* col_w = W;
     const int* row_w = W + (size_t)S * N + 1;
@@ -25,14 +45,18 @@ extern "C" __global__ void snig_infer(const float* __restrict__ Yin, const unsig
     bool all_zero = true;
     for (int s = 0; s < S; ++s) all_zero &= !nz_in[r * S + s];
     if (all_zero) {                                   // empty row: incremental reset only if needed
-        if (nz_out[r * S + s_out]) {
+        // every thread reads the flag before thread 0 clears it (all_zero is uniform in the block);
+        // without the barrier a late warp could read the cleared flag and leave its part stale
+        const bool stale = nz_out[r * S + s_out] != 0;
+        __syncthreads();
+        if (stale) {
             for (int j = tid; j < sec; j += nthr) Yout[out0 + j] = 0.0f;
             if (tid == 0) nz_out[r * S + s_out] = 0;
         }
         return;
     }
-    extern __shared__ float res[];
-    for (int k = tid; k < sec; k += nthr) res[k] = 0.0f;
+    extern __shared__ unsigned long long res[];
+    for (int k = tid; k < sec; k += nthr) res[k] = 0ull;
     __syncthreads();
     const int base = s_out * sec;
     const int* cw = col_w + (size_t)s_out * N;
@@ -44,14 +68,13 @@ extern "C" __global__ void snig_infer(const float* __restrict__ Yin, const unsig
             if (y == 0.0f) continue;                  // skip a zero input element
             const int e = cw[j + 1];
             for (int k = cw[j] + threadIdx.x; k < e; k += blockDim.x)
-                atomicAdd(&res[row_w[k] - base], y * val_w[k]);
+                atomicAdd(&res[row_w[k] - base], snig_fixed(y, val_w[k], scale));
         }
     }
     __syncthreads();
     int any = 0;
     for (int i = tid; i < sec; i += nthr) {
-        const float z = res[i];
-        const float v = (z != 0.0f) ? fminf(fmaxf(z + bias, 0.0f), ymax) : 0.0f;
+        const float v = snig_out(res[i], inv, bias, ymax);
         Yout[out0 + i] = v;
         any |= (v != 0.0f);
     }
@@ -63,6 +86,7 @@ extern "C" __global__ void snig_infer(const float* __restrict__ Yin, const unsig
 // the host passes a compacted list of nonzero rows; one block per listed row computes the whole
 // output row (pulling each output neuron's in-edges: W packed as CSC [colptr (N+1) | rowidx (cap) |
 // val (cap)]), and writes a per-listed-row nonzero flag for the host's next compaction.
+// Deterministic: each output is summed by one thread in the fixed CSC order (float32, no atomics).
 extern "C" __global__ void bf_infer(const float* __restrict__ Yin, float* __restrict__ Yout,
                                     const int* __restrict__ rows, unsigned char* __restrict__ row_nz,
                                     const int* __restrict__ W, int N, int cap, float bias, float ymax)
@@ -112,13 +136,14 @@ extern "C" __global__ void row_flags(const unsigned char* __restrict__ nz, int r
 
 // SNIG with R rows per block (R <= RMAX): the same forward feeding, but each weight entry loaded
 // from global memory is applied to the R rows of the block, so a layer's weights are read
-// rows/R times instead of rows times. Grid (ceil(rows / R), S), dynamic shared memory R * sec
-// floats. Empty rows inside a block cost one flag test; a block of empty rows only resets.
+// rows/R times instead of rows times. Grid (ceil(rows / R), S), dynamic shared memory 8 * R * sec
+// bytes (fixed-point sums, as snig_infer). Empty rows inside a block cost one flag test; a block of empty rows only resets.
 #define RMAX 8
 extern "C" __global__ void __launch_bounds__(1024) snig_infer_rows(const float* __restrict__ Yin, const unsigned char* __restrict__ nz_in,
                                            float* __restrict__ Yout, unsigned char* __restrict__ nz_out,
                                            const int* __restrict__ W, int N, int S, int sec, int cap,
-                                           float bias, float ymax, int rows, int R)
+                                           float bias, float ymax, int rows, int R, double scale,
+                                           double inv)
 {
     const int* col_w = W;
     const int* row_w = W + (size_t)S * N + 1;
@@ -134,9 +159,9 @@ extern "C" __global__ void __launch_bounds__(1024) snig_infer_rows(const float* 
         for (int s = 0; s < S; ++s) nz |= nz_in[(size_t)(r0 + rr) * S + s] != 0;
         live |= (unsigned)nz << rr;
     }
-    extern __shared__ float res[];
+    extern __shared__ unsigned long long res[];
     if (live) {
-        for (int k = tid; k < nr * sec; k += nthr) res[k] = 0.0f;
+        for (int k = tid; k < nr * sec; k += nthr) res[k] = 0ull;
         __syncthreads();
         const int base = s_out * sec;
         const int* cw = col_w + (size_t)s_out * N;
@@ -161,7 +186,7 @@ extern "C" __global__ void __launch_bounds__(1024) snig_infer_rows(const float* 
                     const float w = val_w[k];
 #pragma unroll
                     for (int rr = 0; rr < RMAX; ++rr)
-                        if (y[rr] != 0.0f) atomicAdd(&res[rr * sec + o], y[rr] * w);
+                        if (y[rr] != 0.0f) atomicAdd(&res[rr * sec + o], snig_fixed(y[rr], w, scale));
                 }
             }
         }
@@ -180,8 +205,7 @@ extern "C" __global__ void __launch_bounds__(1024) snig_infer_rows(const float* 
         }
         int any = 0;
         for (int i = tid; i < sec; i += nthr) {
-            const float z = res[rr * sec + i];
-            const float v = (z != 0.0f) ? fminf(fmaxf(z + bias, 0.0f), ymax) : 0.0f;
+            const float v = snig_out(res[rr * sec + i], inv, bias, ymax);
             Yout[out0 + i] = v;
             any |= (v != 0.0f);
         }

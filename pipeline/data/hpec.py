@@ -23,7 +23,7 @@ from pipeline.errors import DataError
 
 # Paper Table 1: the bias of each network size.
 BIAS = {1024: -0.30, 4096: -0.35, 16384: -0.40, 65536: -0.45}
-# Known lengths of the official golden files.
+# Known lengths of the official golden files (counted in the challenge's files).
 GOLDEN_COUNT = {(1024, 120): 1812}
 YMAX = 32.0
 

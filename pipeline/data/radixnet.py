@@ -1,7 +1,7 @@
 """RadiX-Net synthetic networks of the HPEC Sparse DNN Challenge, and MNIST-derived inputs.
 
-Layer rule (the challenge's construction, verified against all 120 official N=1024 layers): M = N/16, d = log2 M;
-layer l (1-based) uses p = 2^((l-1) mod d) and group g = (l-1) // d;
+Layer rule (the challenge's RadiX-Net construction, verified against all 120 official N=1024
+layers): M = N/16, d = log2 M; layer l (1-based) uses p = 2^((l-1) mod d) and group g = (l-1) // d;
 ``R_p[i, i] = R_p[i, (i-p) mod M] = 1`` (M x M), ``B_l = kron(ones(16, 16), R_p)`` and
 ``W_l = P_g B_l`` with P_g a random row permutation shared by the d layers of group g (P_0 = I),
 every value 1/16. Every neuron then has 32 in-edges and 32 out-edges. The official permutations

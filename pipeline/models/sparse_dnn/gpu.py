@@ -20,16 +20,17 @@ import scipy.sparse as sp
 
 from pipeline.errors import GpuError
 from pipeline.gpu.graphs import Graph
+from pipeline.models.sparse_dnn.network import batches as _batches
 
 MODEL_DIR = "sparse_dnn"
 
 
-def sections(N: int, smem_bytes: int, num_secs: int = 0) -> int:
-    """Notes §2.2 (get_sec_size): 1 if the row fits shared memory, else the smallest divisor d of
-    N with N/d floats fitting."""
+def sections(N: int, smem_bytes: int, num_secs: int = 0, elem: int = 8) -> int:
+    """The paper's section count: 1 if a row's sums (``elem`` bytes each: 8, snig's 64-bit
+    fixed-point sums) fit the shared memory, else the smallest divisor d of N with N/d sums fitting."""
     if num_secs:
         return num_secs
-    cap = smem_bytes // 4
+    cap = smem_bytes // elem
     if N <= cap:
         return 1
     for d in range(2, N + 1):
@@ -43,6 +44,13 @@ def sections(N: int, smem_bytes: int, num_secs: int = 0) -> int:
 def _pinned(shape, dtype):
     import pycuda.driver as drv
     return drv.pagelocked_empty(shape, dtype)
+
+
+def col_abs_max(W: sp.csr_matrix) -> float:
+    """The largest column sum of |W| (W[i, j]: input i -> output j)."""
+    if not W.nnz:
+        return 0.0
+    return float(np.bincount(W.indices, weights=np.abs(W.data.astype(np.float64)), minlength=W.shape[1]).max())
 
 
 def _pack_sectioned_row(W: sp.csr_matrix, S: int, row: np.ndarray, cap: int) -> None:
@@ -83,22 +91,25 @@ def _pack(layers, stride_of, fill, alloc, workers: int, progress, desc: str):
     cap = max_nnz(layers)
     stride = -(-stride_of(N, cap) // 32) * 32
     out = (alloc or _pinned)((len(layers), stride), np.int32)
-    for _ in layer_imap(layers, lambda l, W: fill(W, out[l], cap), workers, progress, desc):
+    for _ in layer_imap(layers, lambda l, W: fill(W, out[l], cap, l), workers, progress, desc):
         pass
     return out, cap
 
 
 def pack_sectioned(layers: List[sp.csr_matrix], S: int, alloc=None, workers: int = 0,
-                   progress=None) -> Tuple[np.ndarray, int]:
+                   progress=None, colmax: Optional[np.ndarray] = None) -> Tuple[np.ndarray, int]:
     """(L, stride) int32 array (pinned unless ``alloc`` says otherwise), one row per layer:
     [col_w (S*N+1) | row_w (cap) | val (cap)]. Row t*N + i of the sectioned CSR lists input
     neuron i's targets j inside output section t = j // sec, sorted by j. Layers are packed on
-    ``workers`` threads (0: up to 16)."""
-    return _pack(layers, lambda N, cap: S * N + 1 + 2 * cap, lambda W, row, cap: _pack_sectioned_row(W, S, row, cap),
-                 alloc, workers, progress, f"pack snig (S={S})")
+    ``workers`` threads (0: up to 16). ``colmax[l]`` (if given) gets layer l's :func:`col_abs_max`."""
+    def fill(W, row, cap, l):
+        _pack_sectioned_row(W, S, row, cap)
+        if colmax is not None:
+            colmax[l] = col_abs_max(W)
+    return _pack(layers, lambda N, cap: S * N + 1 + 2 * cap, fill, alloc, workers, progress, f"pack snig (S={S})")
 
 
-def _pack_csc_row(W: sp.csr_matrix, row: np.ndarray, cap: int) -> None:
+def _pack_csc_row(W: sp.csr_matrix, row: np.ndarray, cap: int, l: int = 0) -> None:
     N = W.shape[0]
     C = sp.csc_matrix(W)
     C.sort_indices()
@@ -110,6 +121,16 @@ def _pack_csc_row(W: sp.csr_matrix, row: np.ndarray, cap: int) -> None:
 def pack_csc(layers: List[sp.csr_matrix], alloc=None, workers: int = 0, progress=None) -> Tuple[np.ndarray, int]:
     """(L, stride) int32 (pinned unless ``alloc``): [colptr (N+1) | rowidx (cap) | val (cap)] (= CSR of W^T)."""
     return _pack(layers, lambda N, cap: N + 1 + 2 * cap, _pack_csc_row, alloc, workers, progress, "pack CSC")
+
+
+def fixed_point_bits(net, colmax: float) -> int:
+    """K of snig's 64-bit fixed-point sums (quantum 2^-K): the largest K that keeps every sum,
+    at most max(ymax, largest input) x ``colmax`` (largest column sum of |W|) + |bias|, below 2^62."""
+    ymax = max(float(net.ymax), float(np.abs(net.Y0.data).max()) if net.Y0.nnz else 0.0)
+    amax = ymax * colmax + abs(float(net.bias))
+    if amax <= 0:
+        return 60
+    return int(max(0, min(60, np.floor(62 - np.log2(amax)) - 1)))
 
 
 def packed_bytes(N: int, L: int, cap: int, S: int = 0) -> int:
@@ -148,13 +169,48 @@ def _device_inputs(Y0: sp.csr_matrix):
             cupy.asarray(Y0.data.astype(np.float32)))
 
 
-def _batches(n: int, batch: int, start: int = 0):
-    """[b0, b1) ranges of ``batch`` images covering images start..n-1 (batch 0: one range)."""
-    batch = batch or (n - start)
-    return [(b, min(n, b + batch)) for b in range(start, n, batch)]
+class _Digest:
+    """Bit-for-bit comparison of passes (cuda/sparse_dnn/digest.cu): with ``track`` on, a pass
+    leaves ``digest`` = a 64-bit digest of every image's final activations (their values and
+    positions, whatever the layout); with ``keep_final`` on, it keeps them (images x N, device)
+    for :meth:`activations`. Both are off in timed passes."""
+
+    track = False
+    keep_final = False
+    digest: Optional[int] = None
+
+    def _digest_setup(self) -> None:
+        import cupy
+        from pipeline.gpu import kernels
+        self.k_digest = kernels.load(MODEL_DIR, "digest.cu").kernel("digest_f32", "PiPiqqPqP")
+        self.digest_acc = cupy.zeros(1, np.uint64)
+        self.finals: List[tuple] = []
+
+    def _pass_begin(self, stream=None) -> None:
+        from pipeline.gpu.transfer import cupy_stream
+        if self.track:
+            with cupy_stream(stream):
+                self.digest_acc.fill(0)
+        if self.keep_final:
+            self.finals = []
+
+    def _digest_of(self, Y, rows, count, ld_row, ld_col, ids, b0, stream=None) -> None:
+        self.k_digest((1024,), (256,), Y, np.int32(rows), count, np.int32(self.N), np.int64(ld_row),
+                      np.int64(ld_col), ids, np.int64(b0), self.digest_acc, stream=stream)
+
+    def _pass_end(self) -> None:
+        if self.track:
+            self.digest = int(self.digest_acc.get()[0])
+
+    def activations(self):
+        """The final activations of every image of the last pass run with ``keep_final`` (a
+        CuPy float32 array, images x N)."""
+        import cupy
+        parts = [a for _, a in sorted(self.finals, key=lambda t: t[0])]
+        return cupy.concatenate(parts) if parts else cupy.zeros((0, self.N), np.float32)
 
 
-class _StreamedPass:
+class _StreamedPass(_Digest):
     """What snig and pull share: weights streamed from pinned host memory through nb device buffers
     on a copy stream (copy[l] -> layer[l] on the compute stream, with the write-after-read guard
     layer[l] -> copy[l + nb]), each batch's pass over the layers captured once as a CUDA graph
@@ -182,6 +238,14 @@ class _StreamedPass:
         self.start_ev = ev()
         self.graphs: Dict[int, Graph] = {}
         self.bias, self.ymax = np.float32(self.net.bias), np.float32(self.net.ymax)
+        self._digest_setup()
+
+    def _after(self, b0: int, b1: int) -> None:
+        """After a batch's categories: its digest and final activations when asked for."""
+        if self.track:
+            self._digest(b0, b1)
+        if self.keep_final:
+            self.finals.append((b0, self._final(b0, b1)))
 
     def _copy(self, l: int, timing=None) -> None:
         import pycuda.driver as drv
@@ -215,6 +279,7 @@ class _StreamedPass:
     def run(self, lo: int = 0, hi: Optional[int] = None) -> np.ndarray:
         """Images [lo, hi) (default all) in batches, timed by the caller; their 0-based categories."""
         hi = self.n if hi is None else hi
+        self._pass_begin(self.compute)
         for b0, b1 in _batches(hi, self.batch, lo):
             rows = b1 - b0
             self._stage(b0, b1)
@@ -234,23 +299,28 @@ class _StreamedPass:
             else:
                 self._pass(rows)
             self._collect(b0, b1)
+            self._after(b0, b1)
         self.compute.synchronize()
+        self._pass_end()
         return np.flatnonzero(self.out_flags[lo:hi].get()).astype(np.int64) + lo
 
     def _profiled(self, trace=None):
         """One instrumented pass over every batch (no graph): (categories, copy ms, kernel ms)."""
         import pycuda.driver as drv
         c_ms, k_ms = 0.0, 0.0
+        self._pass_begin(self.compute)
         for b0, b1 in _batches(self.n, self.batch):
             rows = b1 - b0
             timing = [[drv.Event() for _ in range(self.L)] for _ in range(4)]
             self._stage(b0, b1)
             self._pass(rows, timing, trace)
             self._collect(b0, b1)
+            self._after(b0, b1)
             self.compute.synchronize()
             self.copy.synchronize()
             c_ms += sum(timing[1][l].time_since(timing[0][l]) for l in range(self.L))
             k_ms += sum(timing[3][l].time_since(timing[2][l]) for l in range(self.L))
+        self._pass_end()
         return np.flatnonzero(self.out_flags.get()).astype(np.int64), c_ms, k_ms
 
 
@@ -270,21 +340,27 @@ class SnigRunner(_StreamedPass):
         self.R = int(cfg_model.get("rows_per_block", 1))
         self.S = sections(self.N, limit // self.R, int(cfg_model.num_secs))
         self.sec = self.N // self.S
-        if self.R * self.sec * 4 > info.smem_per_block_optin:
-            raise GpuError(f"model.num_secs={self.S}: {self.R} row(s) of a {self.sec}-float section need "
-                           f"{self.R * self.sec * 4} B of shared memory, the device allows "
+        if self.R * self.sec * 8 > info.smem_per_block_optin:
+            raise GpuError(f"model.num_secs={self.S}: {self.R} row(s) of a {self.sec}-sum section (8 bytes a sum) "
+                           f"need {self.R * self.sec * 8} B of shared memory, the device allows "
                            f"{info.smem_per_block_optin}; raise model.num_secs or lower model.rows_per_block")
         self.bx, self.by = (int(b) for b in cfg_model.block)
         mod = kernels.load(MODEL_DIR, "snig.cu")
-        self.k_infer = mod.kernel("snig_infer", "PPPPPiiiiff")
-        self.k_rows = mod.kernel("snig_infer_rows", "PPPPPiiiiffii")
+        self.k_infer = mod.kernel("snig_infer", "PPPPPiiiiffdd")
+        self.k_rows = mod.kernel("snig_infer_rows", "PPPPPiiiiffiidd")
         self.k_stage = mod.kernel("stage_rows", "PPPqiiiPP")
         self.k_flags = mod.kernel("row_flags", "PiiPq")
-        self.shared = 4 * self.sec * self.R
+        self.shared = 8 * self.sec * self.R
         if self.shared > 48 * 1024:
             (self.k_rows if self.R > 1 else self.k_infer).allow_shared(self.shared)
+        colmax = np.zeros(self.L)
         host_w, self.cap, self.pack_s = _packed(f"snig (S={self.S})", net.layers, notice,
-                                                lambda: pack_sectioned(net.layers, self.S))
+                                                lambda: pack_sectioned(net.layers, self.S, colmax=colmax))
+        self.K = fixed_point_bits(net, float(colmax.max()))
+        if self.K < 50:
+            notice(f"snig: 64-bit fixed-point sums with a quantum of 2^-{self.K} (weights this large); the "
+                   f"rounding-ambiguity bound assumes 2^-50 or finer")
+        self.scale, self.inv = np.float64(2.0 ** self.K), np.float64(2.0 ** -self.K)
         self._streams(cfg_model, host_w, notice)
         B, N, S = self.batch, self.N, self.S
         try:
@@ -301,11 +377,12 @@ class SnigRunner(_StreamedPass):
             self.k_rows((-(-rows // self.R), self.S), (self.bx, self.by), self.Y[src], self.F[src], self.Y[dst],
                         self.F[dst], self.wbuf[slot], np.int32(self.N), np.int32(self.S), np.int32(self.sec),
                         np.int32(self.cap), self.bias, self.ymax, np.int32(rows), np.int32(self.R),
-                        shared=self.shared, stream=self.compute)
+                        self.scale, self.inv, shared=self.shared, stream=self.compute)
         else:
             self.k_infer((rows, self.S), (self.bx, self.by), self.Y[src], self.F[src], self.Y[dst], self.F[dst],
                          self.wbuf[slot], np.int32(self.N), np.int32(self.S), np.int32(self.sec),
-                         np.int32(self.cap), self.bias, self.ymax, shared=self.shared, stream=self.compute)
+                         np.int32(self.cap), self.bias, self.ymax, self.scale, self.inv, shared=self.shared,
+                         stream=self.compute)
         if trace is not None:
             trace(l, self.F[dst], rows)
 
@@ -325,6 +402,14 @@ class SnigRunner(_StreamedPass):
         self.k_flags((-(-rows // 256),), (256,), self.F[out], np.int32(rows), np.int32(self.S),
                      self.out_flags, np.int64(b0), stream=self.compute)
 
+    def _digest(self, b0: int, b1: int) -> None:
+        self._digest_of(self.Y[self.L % 2], b1 - b0, None, self.N, 1, None, b0, self.compute)
+
+    def _final(self, b0: int, b1: int):
+        from pipeline.gpu.transfer import cupy_stream
+        with cupy_stream(self.compute):
+            return self.Y[self.L % 2][: b1 - b0].copy()      # an empty row's flags reset it: zeros
+
     def profile(self) -> Result:
         """One instrumented pass (no graph): per-layer copy and kernel times, nonzero rows per layer."""
         import cupy
@@ -337,7 +422,7 @@ class SnigRunner(_StreamedPass):
         cats, c_ms, k_ms = self._profiled(trace)
         return Result(cats, cupy.asnumpy(counts), c_ms, k_ms,
                       info={"num_secs": self.S, "sec_size": self.sec, "rows_per_block": self.R, "batch": self.batch, "nb": self.nb,
-                            "pack_s": self.pack_s, "graph": self.use_graph})
+                            "pack_s": self.pack_s, "graph": self.use_graph, "fixed_bits": self.K})
 
 
 class PullRunner(_StreamedPass):
@@ -405,6 +490,19 @@ class PullRunner(_StreamedPass):
         self.k_collect((-(-(b1 - b0) // 256),), (256,), self.state, self.ids, self.out_flags, np.int64(b0),
                        stream=self.compute)
 
+    def _digest(self, b0: int, b1: int) -> None:
+        self._digest_of(self.Y[self.L % 2], 0, self.state, 1, self.ld, self.ids, b0, self.compute)
+
+    def _final(self, b0: int, b1: int):
+        import cupy
+        from pipeline.gpu.transfer import cupy_stream
+        self.compute.synchronize()
+        B = int(self.state.get()[0])
+        with cupy_stream(self.compute):
+            out = cupy.zeros((b1 - b0, self.N), np.float32)
+            out[self.ids[:B]] = self.Y[self.L % 2][:, :B].T
+        return out
+
     def profile(self) -> Result:
         """One instrumented pass (no graph): per-layer copy and kernel (+ compaction) times; the
         nonzero rows per layer come from the compaction's counts."""
@@ -416,7 +514,7 @@ class PullRunner(_StreamedPass):
                             "grid": self.grid})
 
 
-class BfRunner:
+class BfRunner(_Digest):
     """BF: one block per nonzero row (host-compacted list), whole row per block; after every layer
     the host reads the row flags and compacts the list (a synchronisation per layer). Weights stream
     through nb buffers like snig's (the copy of layer l+1.. overlaps the kernel of layer l)."""
@@ -446,6 +544,7 @@ class BfRunner:
         self.bias, self.ymax = np.float32(net.bias), np.float32(net.ymax)
         self.nnz_rows = np.zeros(self.L, np.int64)
         self.c_ms = self.k_ms = 0.0
+        self._digest_setup()
 
     def _copy(self, l: int) -> None:
         import pycuda.driver as drv
@@ -460,6 +559,7 @@ class BfRunner:
         from pipeline.gpu.transfer import cupy_stream
         cats = []
         self.nnz_rows[:] = 0
+        self._pass_begin(self.compute)
         for b0, b1 in _batches(self.n if hi is None else hi, self.batch, lo):
             rows = b1 - b0
             with cupy_stream(self.compute):
@@ -498,8 +598,28 @@ class BfRunner:
                     active = active[flags.astype(bool)]
                 self.nnz_rows[l] += active.size
             cats.append(active.astype(np.int64) + b0)
+            if self.track or self.keep_final:
+                self._finish(b0, b1, active)
         self.copy.synchronize()
+        self.compute.synchronize()
+        self._pass_end()
         return np.sort(np.concatenate(cats)) if cats else np.zeros(0, np.int64)
+
+    def _finish(self, b0: int, b1: int, active: np.ndarray) -> None:
+        """Rows that died before the last layer keep stale values in bf's buffers: zero them, then
+        digest / keep the batch's final activations."""
+        import cupy
+        from pipeline.gpu.transfer import cupy_stream
+        Y = self.Y[self.L % 2][: b1 - b0]
+        with cupy_stream(self.compute):
+            dead = cupy.ones(b1 - b0, bool)
+            dead[cupy.asarray(active)] = False
+            Y[dead] = 0
+        if self.track:
+            self._digest_of(Y, b1 - b0, None, self.N, 1, None, b0, self.compute)
+        if self.keep_final:
+            with cupy_stream(self.compute):
+                self.finals.append((b0, Y.copy()))
 
     def profile(self) -> Result:
         import pycuda.driver as drv
@@ -517,7 +637,7 @@ class BfRunner:
                       info={"batch": self.batch, "nb": self.nb})
 
 
-class CusparseRunner:
+class CusparseRunner(_Digest):
     """cuSPARSE SpMM through cupyx: Z^T = W^T Y^T per layer on the active rows only (Y^T dense,
     N x active), bias on nonzeros, clip, then the all-zero columns (rows of Y) are dropped."""
 
@@ -533,6 +653,7 @@ class CusparseRunner:
         self.wbuf = cupy.empty(self.host_w.shape[1], np.int32)
         self.bias, self.ymax = np.float32(net.bias), np.float32(net.ymax)
         self.nnz_rows = np.zeros(self.L, np.int64)
+        self._digest_setup()
 
     def run(self, lo: int = 0, hi: Optional[int] = None) -> np.ndarray:
         """Images [lo, hi) (default all); their 0-based categories."""
@@ -540,6 +661,7 @@ class CusparseRunner:
         import cupyx.scipy.sparse as csp
         cats = []
         self.nnz_rows[:] = 0
+        self._pass_begin()
         N, cap = self.N, self.cap
         for b0, b1 in _batches(self.n if hi is None else hi, self.batch, lo):
             Y = csp.csr_matrix(self.net.Y0[b0:b1])
@@ -559,6 +681,16 @@ class CusparseRunner:
                     Yt, active = Z[:, keep], active[keep]
                 self.nnz_rows[l] += int(active.size)
             cats.append(cupy.asnumpy(active).astype(np.int64) + b0)
+            ids = active.astype(np.int32)
+            if self.track and active.size:
+                Yt = cupy.ascontiguousarray(Yt)
+                self._digest_of(Yt, int(active.size), None, 1, Yt.shape[1], ids, b0)
+            if self.keep_final:
+                out = cupy.zeros((b1 - b0, N), np.float32)
+                out[ids] = Yt.T
+                self.finals.append((b0, out))
+        cupy.cuda.get_current_stream().synchronize()
+        self._pass_end()
         return np.sort(np.concatenate(cats)) if cats else np.zeros(0, np.int64)
 
     def profile(self) -> Result:

@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from pipeline.config import require
 from pipeline.errors import GpuError
 from pipeline.models.sparse_dnn import reference as ref
-from pipeline.models.sparse_dnn.gpu import _batches
+from pipeline.models.sparse_dnn.network import batches as _batches
 
 CPU_WORKERS = 4            # model.gpus=0 on the CPU backend: this many worker processes (at most the cores)
 POLL_S = 0.5               # how often a waiting side checks that the other one is still alive
@@ -53,7 +53,7 @@ class NetSpec:
         return cls(OmegaConf.to_container(keep, resolve=True), net.N, net.L, net.images, small)
 
     def load(self):
-        from pipeline.models.sparse_dnn.model import load_network
+        from pipeline.models.sparse_dnn.network import load_network
         return load_network(OmegaConf.create(self.cfg), self.N, self.L, self.images, self.small,
                             notice=lambda msg: None)
 

@@ -1,0 +1,104 @@
+"""Schema and checks for model=slide (SLIDE: LSH-sampled softmax training)."""
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, List, Optional
+
+from omegaconf import OmegaConf
+
+from pipeline.config.xc import check_xc_dataset
+from pipeline.config import ModelConf, is_pow2, register_variants, require, store, validator
+from pipeline.models.slide.variants import HASHES, HIDDEN_MAX, HIDDEN_STEP, OPTIMIZERS, REGISTRY
+
+
+@dataclass
+class SlideConf(ModelConf):
+    TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {
+        "block_size": "its hash tables are model.K, model.L and model.bin_size; it has no block size"}
+    hidden: int = 128
+    K: int = 6                    # hash codes per table
+    L: int = 50                   # tables
+    bin_size: int = 8             # WTA window (a power of two)
+    hash: str = "wta"             # wta | dwta
+    bucket_capacity: int = 128
+    threshold: int = 1
+    min_active: int = 1500
+    max_active: int = 0           # 0: from the data
+    rebuild_every: int = 6400     # samples (0: never)
+    rebuild_decay: float = 1.0
+    reshuffle_every: int = 128000 # samples (0: never)
+    optimizer: str = "lazy_adam"  # adam | lazy_adam
+    lr: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    init_std: float = 0.01
+    batch_size: int = 256
+    epochs: int = 3
+    shuffle: bool = False
+    max_steps: int = 0            # steps per epoch at most (0: all)
+    eval_batch: int = 4096
+    eval_rows: int = 0            # test rows evaluated (0: all)
+    topk: List[int] = field(default_factory=lambda: [1, 5])
+    tolerance: float = 1e-3
+    small: Optional[Dict[str, Any]] = None   # size=small: these model keys replace the ones above (null: none)
+
+
+def effective(m, size: str):
+    """The model config a run uses: on size=small the keys of ``model.small`` replace the others."""
+    if size != "small" or not m.small:
+        return m
+    return OmegaConf.merge(m, {k: v for k, v in m.small.items()})
+
+
+store("model", "schema_slide", SlideConf)
+register_variants("slide", REGISTRY)
+
+
+@validator("slide")
+def _check(cfg) -> None:
+    for k in cfg.model.small or {}:
+        require(k in SlideConf.__dataclass_fields__ and k not in ("small", "name", "impl", "variants", "baselines"),
+                f"model.small.{k}", cfg.model.small[k], "keys of the model config (e.g. K, L, min_active, lr)")
+    _check_model(cfg.model)
+    if cfg.model.small:
+        _check_model(effective(cfg.model, "small"), set(cfg.model.small))
+    REGISTRY.check(cfg)
+    check_xc_dataset(cfg, model="slide")
+
+
+def _check_model(m, small=()) -> None:
+    def key(name: str) -> str:
+        return f"model.small.{name}" if name in small else f"model.{name}"
+
+    bits = max(1, math.ceil(math.log2(m.bin_size))) if m.bin_size > 0 else 0
+    require(m.hidden % HIDDEN_STEP == 0 and HIDDEN_STEP <= m.hidden <= HIDDEN_MAX, key("hidden"), m.hidden,
+            f"a multiple of {HIDDEN_STEP} in {HIDDEN_STEP}..{HIDDEN_MAX} (the CUDA kernels' widths; paper: 128)")
+    require(m.K >= 1, key("K"), m.K, "a positive number of codes per table")
+    require(m.L >= 1, key("L"), m.L, "a positive number of tables")
+    require(is_pow2(m.bin_size) and 2 <= m.bin_size <= m.hidden, key("bin_size"), m.bin_size,
+            f"a power of two in 2..model.hidden ({m.hidden})")
+    require(m.K * bits <= 30, key("K"), m.K, f"K * log2(bin_size) <= 30 bits a bucket id (here {m.K * bits})")
+    require(m.hash in HASHES, key("hash"), m.hash, " or ".join(HASHES))
+    require(m.bucket_capacity >= 1, key("bucket_capacity"), m.bucket_capacity, "a positive integer")
+    require(1 <= m.threshold <= m.L, key("threshold"), m.threshold, f"1..model.L ({m.L})")
+    require(m.min_active >= 0, key("min_active"), m.min_active, "a non-negative integer")
+    require(m.max_active >= 0, key("max_active"), m.max_active, "0 (from the data) or a positive integer")
+    require(m.max_active == 0 or m.min_active <= m.max_active, key("min_active"), m.min_active,
+            f"<= max_active ({m.max_active}) when that is set")
+    require(m.rebuild_every >= 0, key("rebuild_every"), m.rebuild_every, "samples >= 0 (0: never)")
+    require(m.rebuild_decay >= 1.0, key("rebuild_decay"), m.rebuild_decay, ">= 1.0 (1: a fixed period)")
+    require(m.reshuffle_every >= 0, key("reshuffle_every"), m.reshuffle_every, "samples >= 0 (0: never)")
+    require(m.optimizer in OPTIMIZERS, key("optimizer"), m.optimizer, " or ".join(OPTIMIZERS))
+    require(m.lr > 0, key("lr"), m.lr, "a positive learning rate")
+    require(0 <= m.beta1 < 1, key("beta1"), m.beta1, "in [0, 1)")
+    require(0 <= m.beta2 < 1, key("beta2"), m.beta2, "in [0, 1)")
+    require(m.eps > 0, key("eps"), m.eps, "a positive number")
+    require(m.init_std > 0, key("init_std"), m.init_std, "a positive standard deviation")
+    require(m.batch_size > 0, key("batch_size"), m.batch_size, "a positive integer")
+    require(m.epochs > 0, key("epochs"), m.epochs, "a positive integer")
+    require(m.max_steps >= 0, key("max_steps"), m.max_steps, "0 (whole epochs) or a positive number of steps")
+    require(m.eval_batch > 0, key("eval_batch"), m.eval_batch, "a positive number of rows")
+    require(m.eval_rows >= 0, key("eval_rows"), m.eval_rows, "0 (all) or a positive number of rows")
+    require(len(m.topk) > 0 and all(k >= 1 for k in m.topk), key("topk"), list(m.topk),
+            "a non-empty list of positive k")
+    require(m.tolerance > 0, key("tolerance"), m.tolerance, "a positive number")

@@ -1,0 +1,269 @@
+"""model=slide: SLIDE extreme classification (LSH-sampled softmax) against dense full-softmax
+training of the same network, from the same initial parameters, on the same data in the same
+order; P@1 / P@5 on the test file after every epoch, time per epoch and per phase, active-set
+sizes and overflow counts, speedups from the same run, and a P@1-against-time plot."""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from pipeline.models.base import Model
+from pipeline.models.slide import reference as ref
+from pipeline.models.slide.variants import REGISTRY
+from pipeline.registry import select_variants
+from pipeline.results import Report
+from pipeline.train import History, fit, speedups
+
+DENSE = ("dense_tf32", "dense_fp32", "torch", "cpu_dense")   # P@1 is compared with the first that ran
+
+
+class VariantTrainer:
+    """One variant as a harness trainer: a :class:`reference.SlideTrainer` (RNG and schedule) over
+    the variant's engine, stepping through the training split, evaluated on the test split."""
+
+    def __init__(self, name: str, kind: str, trainer: ref.SlideTrainer, train, test, batch_size: int,
+                 max_steps: int, ks, eval_batch: int, split_handle=None):
+        self.name, self.kind, self.trainer = name, kind, trainer
+        self.engine = trainer.engine
+        self.train, self.test, self.bs, self.ks, self.eval_batch = train, test, batch_size, list(ks), eval_batch
+        n = train.X.shape[0]
+        self.rows = min(n, max_steps * batch_size) if max_steps > 0 else n
+        self.work_per_epoch = self.rows
+        self.steps_per_epoch = -(-self.rows // batch_size)
+        self.handle = split_handle if split_handle is not None else train
+
+    def epoch(self, index: int, progress) -> None:
+        self.trainer.epoch(self.handle, self.train.X.shape[0], self.bs, progress, rows=self.rows)
+
+    def stats(self) -> Dict[str, float]:
+        out = dict(self.engine.epoch_stats()) if hasattr(self.engine, "epoch_stats") else {}
+        for p, ms in self.engine.phase_times().items():
+            out[f"{p}_ms"] = ms
+        out["mem_mb"] = self.engine.mem_used_bytes() / 2 ** 20
+        out["rebuilds_total"] = self.trainer.rebuilds
+        out["reshuffles_total"] = self.trainer.reshuffles
+        return out
+
+    def evaluate(self) -> Dict[str, float]:
+        top = self.engine.predict_topk(self.test.X, max(self.ks), self.eval_batch)
+        return ref.precision_at_k(np.asarray(top), self.test.Y, self.ks)
+
+
+def _host_split(split, rows: int):
+    """The first ``rows`` rows of a split (all when 0)."""
+    if rows <= 0 or rows >= split.X.shape[0]:
+        return split
+    return type(split)(X=split.X[:rows], Y=split.Y[:rows])
+
+
+class SlideModel(Model):
+    GPU_VARIANTS = REGISTRY.names("cuda")
+    CPU_VARIANTS = REGISTRY.names("cpu")
+
+    def prepare(self) -> None:
+        cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
+        sel = select_variants(cfg, ctx.backend, REGISTRY)
+        for n in sel.notes:
+            ctx.notice(n)
+        self.ours, self.baselines = sel.ours, sel.baselines
+        if not ctx.cuda and not self.baselines and m.baselines:
+            self.baselines = ["cpu_dense"]
+            ctx.notice("CPU backend: comparing with cpu_dense (the NumPy dense full softmax) instead")
+        from pipeline.config.slide import effective
+        self.mcfg = effective(m, ctx.size)
+        if self.mcfg is not m:
+            ctx.notice("size=small: model " + " ".join(f"{k}={v}" for k, v in m.small.items()) +
+                       " (model.small; model.small=null keeps the full settings)")
+        from pipeline.data import xc
+        self.data = xc.load(cfg.dataset, data_dir=cfg.data_dir, cache_dir=cfg.cache_dir, size=ctx.size,
+                            seed=int(cfg.seed), notice=ctx.notice)
+        d = self.data
+        self.test = _host_split(d.test, int(m.eval_rows))
+        max_labels = int(np.diff(d.train.Y.indptr).max(initial=0))
+        self.hp = ref.Hyper.from_cfg(self.mcfg, d.n_labels, max_labels)
+        if self.hp.min_active > d.n_labels:
+            ctx.notice(f"model.min_active={self.hp.min_active} exceeds the {d.n_labels} labels: every label is active")
+        ctx.notice(f"slide on {d.name} ({d.source}): {d.train.X.shape[0]} train / {self.test.X.shape[0]} test rows, "
+                   f"{d.n_features} features, {d.n_labels} labels; K={self.hp.K} L={self.hp.L} "
+                   f"({self.hp.nbuckets} buckets a table), max_active={self.hp.max_active}")
+        self.device_split = None
+
+    def transfer(self) -> None:
+        from pipeline.models.slide import gpu
+        self.gpu = gpu
+        self.device_split = gpu.DeviceSplit(self.data.train)
+
+    # ------------------------------------------------------------------ trainers
+
+    def make_trainer(self, name: str) -> VariantTrainer:
+        cfg, m, d, hp = self.cfg, self.mcfg, self.data, self.hp
+        F, N = d.n_features, d.n_labels
+        if name == "cpu":
+            make = None
+        elif name == "cpu_dense":
+            def make(p):
+                return ref.DenseEngine(hp, p, F, N)
+        else:
+            make = self.gpu_engine_factory(name)
+        tr = ref.SlideTrainer(hp, F, N, int(cfg.seed), make, bool(m.shuffle))
+        kind = REGISTRY[name].kind
+        handle = self.device_split if REGISTRY[name].backend == "cuda" else None
+        return VariantTrainer(name, kind, tr, d.train, self.test, int(m.batch_size), int(m.max_steps),
+                              [int(k) for k in m.topk], int(m.eval_batch), handle)
+
+    def gpu_engine_factory(self, name: str):
+        gpu, ctx, hp, F, N = self.gpu, self.ctx, self.hp, self.data.n_features, self.data.n_labels
+        return lambda p: gpu.make_engine(name, ctx, hp, p, F, N)
+
+    def execute(self) -> None:
+        m = self.mcfg
+        names = self.ours + self.baselines
+        n = self.data.train.X.shape[0]
+        rows = min(n, int(m.max_steps) * int(m.batch_size)) if int(m.max_steps) > 0 else n
+
+        def release(_tr) -> None:                    # one variant's device memory at a time
+            if self.ctx.cuda:
+                import cupy
+                cupy.get_default_memory_pool().free_all_blocks()
+        self.hist: Dict[str, History] = fit(self.ctx, [lambda v=v: self.make_trainer(v) for v in names],
+                                            int(m.epochs), desc="slide", work_per_epoch=rows, after=release)
+
+    # ------------------------------------------------------------------ checks
+
+    def verify(self) -> None:
+        self.failures: List[str] = []
+        d = self.data
+        nlab = np.diff(self.test.Y.indptr)
+        chance = float(nlab.mean()) / d.n_labels if nlab.size else 0.0
+        self.chance = chance
+        for name, h in self.hist.items():
+            if h.stopped:
+                self.failures.append(f"{name}: training stopped after {h.epochs} epoch(s): {h.stopped}")
+            for key in ("loss", "p@1"):
+                v = h.last(key)
+                if not math.isfinite(v):
+                    self.failures.append(f"{name}: {key} = {v} after {h.epochs} epoch(s)")
+        steps = int(self.mcfg.max_steps)
+        whole = steps == 0 or steps * int(self.mcfg.batch_size) >= d.train.X.shape[0]
+        if "cpu" in self.hist and not whole:
+            self.ctx.notice("verify: the P@1-above-chance check of cpu needs whole epochs (model.max_steps=0); skipped")
+        elif "cpu" in self.hist:
+            p1 = self.hist["cpu"].last("p@1")
+            if not p1 > chance:
+                self.failures.append(f"cpu: P@1 {p1:.4f} is not above chance ({chance:.4g} = labels a row / labels)")
+        self.step_err: Optional[float] = None
+        if self.ctx.cuda and "slide" in self.hist:
+            self.step_err = self.check_gpu_step()
+
+    def check_gpu_step(self) -> float:
+        """One GPU step against the NumPy step on the GPU's own active sets (same parameters, hash
+        functions, tables, pad offsets). The error is the larger of the first moments' relative
+        error (m = (1 - beta1) g after one step: the gradients) and the updated weights' (the step)."""
+        gpu, hp, d, m = self.gpu, self.hp, self.data, self.mcfg
+        F, N = d.n_features, d.n_labels
+        rng = np.random.Generator(np.random.PCG64(int(self.cfg.seed)))
+        p0 = ref.init_params(F, N, hp, rng)
+        bins, order = ref.draw_hash(hp, rng), rng.permutation(N)
+        B = min(int(m.batch_size), d.train.X.shape[0])
+        pad = rng.integers(0, N, size=B)
+        g = gpu.SlideGPU(self.ctx, hp, p0.copy(), F, N)
+        g.set_hash(bins, order)
+        g.rebuild()
+        act = g.active_for(self.device_split, 0, B, pad)
+        g.step(g.batch(self.device_split, 0, B), pad)
+        got = g.params()
+        want = p0.copy()
+        _, grads, _ = ref.forward_backward(d.train.X[:B], d.train.Y[:B], want, act, hp)
+        ref.adam_update(want, grads, hp)
+        err = 0.0
+        for k in ref.Params.WEIGHTS:
+            for name in (k, "m" + k):
+                a, b = getattr(got, name).astype(np.float64), getattr(want, name).astype(np.float64)
+                err = max(err, float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)))
+        del g
+        tol = float(m.tolerance)
+        if not err <= tol:
+            self.failures.append(f"slide: one GPU step differs from the NumPy step by {err:.3g} (relative) > {tol:g}")
+        return err
+
+    # ------------------------------------------------------------------ report
+
+    def report(self) -> Report:
+        m, d, hp = self.mcfg, self.data, self.hp
+        ks = [int(k) for k in m.topk]
+        dense = next((b for b in DENSE if b in self.hist), None)
+        rows = []
+        for name, h in self.hist.items():
+            r = {"variant": name, "kind": h.kind, "epochs": h.epochs, "epoch_ms": h.median("epoch_ms"),
+                 "step_ms": h.median("step_ms"), "train_s": h.last("time_s")}
+            for k in ks:
+                r[f"p@{k}"] = h.last(f"p@{k}")
+            r["loss"] = h.last("loss")
+            r["active_mean"] = _agg(np.mean, h, "active_mean")
+            r["active_max"] = _agg(np.max, h, "active_max", int)
+            r["overflow"] = _agg(np.sum, h, "overflow_samples", int)
+            r["table_dropped"] = _agg(np.sum, h, "table_dropped", int)
+            r["mem_mb"] = h.last("mem_mb")
+            if dense and name != dense:
+                dp = self.hist[dense].last("p@1")
+                r[f"p1_vs_{dense}"] = r["p@1"] / dp if dp > 0 else math.nan
+            if name == "slide" and self.step_err is not None:
+                r["step_err"] = self.step_err
+            rows.append(r)
+        speedups(rows, self.ours, self.baselines, "epoch_ms")
+        cols = (["variant", "kind", "epochs", "epoch_ms", "step_ms", "train_s"] + [f"p@{k}" for k in ks] +
+                ["loss", "active_mean", "active_max", "overflow", "table_dropped", "mem_mb"] +
+                [f"x_vs_{b}" for b in self.baselines] + ([f"p1_vs_{dense}"] if dense else []) + ["step_err"])
+        rep = Report(rows=rows, columns=cols, failures=self.failures,
+                     title=f"slide on {d.name}: {d.train.X.shape[0]} train / {self.test.X.shape[0]} test rows, "
+                           f"{d.n_features} features, {d.n_labels} labels, batch {m.batch_size}, K={hp.K} L={hp.L} "
+                           f"{'dwta' if hp.dwta else 'wta'} bin {hp.bin_size}, {hp.optimizer}")
+        for name, h in self.hist.items():
+            for key in h.keys():
+                if key in ("epoch",):
+                    continue
+                rep.series[f"{name}/{key}"] = h.series(key)
+        for r in rows:
+            v = r["variant"]
+            for key in ["epoch_ms", "step_ms", "train_s", "loss", "active_mean", "overflow"] + [f"p@{k}" for k in ks]:
+                if r.get(key) is not None:
+                    rep.metrics[f"summary/{v}/{key}"] = float(r[key])
+            for key, x in r.items():
+                if key.startswith(("x_vs_", "p1_vs_")) or key == "step_err":
+                    rep.metrics[f"summary/{v}/{key}"] = float(x)
+        main = self.ours[0]
+        rep.metrics["summary/objective"] = float(rows[0]["epoch_ms"]) if rows else math.nan
+        for key, x in rows[0].items():                 # the headline numbers of our first variant
+            if key.startswith(("x_vs_", "p1_vs_")) and x is not None:
+                rep.metrics[f"summary/best_{key}"] = float(x)
+        rep.metrics["summary/chance_p@1"] = self.chance
+        rep.notes.append(f"{main}: max_active {hp.max_active}, min_active {min(hp.min_active, d.n_labels)}, "
+                         f"threshold {hp.threshold}, rebuild every {hp.rebuild_every} samples "
+                         f"(decay {hp.rebuild_decay}), reshuffle every {hp.reshuffle_every}; "
+                         f"x_vs_<b> = b's median epoch time / this row's")
+        rep.figures["p1_vs_time.png"] = p1_plot(self.hist, f"slide on {d.name}")
+        return rep
+
+
+def _agg(fn, h: History, key: str, cast=float):
+    """fn over the epochs' finite values of ``key`` (None when the trainer does not report it)."""
+    vals = [v for v in h.series(key) if math.isfinite(v)]
+    return cast(fn(vals)) if vals else None
+
+
+def p1_plot(hist: Dict[str, History], title: str):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, h in hist.items():
+        ax.plot(h.series("time_s"), h.series("p@1"), marker="o", ms=3, label=name)
+    ax.set_xlabel("training time (s; evaluation excluded)")
+    ax.set_ylabel("P@1 (test)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

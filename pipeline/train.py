@@ -1,0 +1,169 @@
+"""The training harness: epochs of several trainers on the same data, timed the same way, evaluated
+after every epoch, with one progress bar, per-epoch series and speedups from the same run.
+
+A trainer is any object with
+
+* ``name`` (the variant) and ``kind`` (``"ours"`` or ``"baseline"``);
+* ``epoch(index, progress)``: one training epoch; it calls ``progress(n)`` after ``n`` samples and
+  should not wait for the device at the end (the harness does, inside the timed interval);
+* ``evaluate() -> dict``: metrics on the held-out split (not timed as training);
+* optionally ``stats() -> dict``: numbers about the epoch just trained (loss, ``phase/<name>`` ms,
+  anything else), read after the epoch's timer stopped;
+* optionally ``work_per_epoch`` (samples, for the progress bar) and ``steps_per_epoch``.
+
+An entry of ``trainers`` may also be a zero-argument callable that builds the trainer: it is called
+when its turn comes and dropped after, so only one trainer's (device) memory is held at a time.
+
+:func:`fit` times each epoch with :class:`pipeline.timing.Interval` (CUDA events on the GPU,
+``perf_counter`` on the CPU) and returns one :class:`History` per trainer; :func:`speedups` turns
+rows of a results table into ``x_vs_<baseline>`` columns.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
+
+import numpy as np
+
+from pipeline.timing import Interval
+
+OURS, BASELINE = "ours", "baseline"
+
+
+class Trainer(Protocol):
+    name: str
+    kind: str
+
+    def epoch(self, index: int, progress: Callable[[int], None]) -> None: ...
+
+    def evaluate(self) -> Dict[str, float]: ...
+
+
+@dataclass
+class History:
+    """Per-epoch records of one trainer: ``epoch_ms`` (timed training), ``wall_ms``, ``time_s``
+    (cumulative training time, evaluation excluded), ``eval_ms``, then whatever ``stats()`` and
+    ``evaluate()`` returned. ``stopped`` says why training ended before ``epochs`` (or "")."""
+    name: str
+    kind: str
+    records: List[Dict[str, float]] = field(default_factory=list)
+    stopped: str = ""
+
+    @property
+    def epochs(self) -> int:
+        return len(self.records)
+
+    def series(self, key: str) -> List[float]:
+        return [float(r.get(key, math.nan)) for r in self.records]
+
+    def keys(self) -> List[str]:
+        out: Dict[str, None] = {}
+        for r in self.records:
+            out.update(dict.fromkeys(r))
+        return list(out)
+
+    def last(self, key: str, default: float = math.nan) -> float:
+        return float(self.records[-1].get(key, default)) if self.records else default
+
+    def median(self, key: str) -> float:
+        vals = [v for v in self.series(key) if not math.isnan(v)]
+        return float(np.median(vals)) if vals else math.nan
+
+    def as_series(self, prefix: Optional[str] = None) -> Dict[str, List[float]]:
+        """``<prefix>/<key>`` -> per-epoch values (prefix defaults to the trainer's name)."""
+        pre = self.name if prefix is None else prefix
+        return {(f"{pre}/{k}" if pre else k): self.series(k) for k in self.keys()}
+
+
+def _finite(rec: Dict[str, float], keys: Sequence[str]) -> bool:
+    return all(math.isfinite(float(rec[k])) for k in keys if k in rec)
+
+
+def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[History], str]] = None,
+        watch: Sequence[str] = ("loss",), desc: str = "", work_per_epoch: int = 0,
+        after: Optional[Callable[[Any], None]] = None) -> Dict[str, History]:
+    """Train every trainer for ``epochs`` epochs, one after the other, and evaluate after each.
+
+    ``stop(history) -> reason`` (empty: go on) ends a trainer early; a non-finite value of any
+    ``watch`` key (default: the loss) ends it too (``stopped = "non-finite loss"``).
+    ``work_per_epoch``: samples an epoch of each trainer for the bar when trainers are built
+    lazily (else read from the trainers). ``after(trainer)`` runs when a trainer is done."""
+    built = [t for t in trainers if not callable(t) or hasattr(t, "epoch")]
+    work = (work_per_epoch * len(trainers) if work_per_epoch else
+            sum(int(getattr(t, "work_per_epoch", 0) or 0) for t in built)) * epochs
+    bar = ctx.progress(iter(()), desc=desc or "train", total=work or len(trainers) * epochs)
+    out: Dict[str, History] = {}
+    try:
+        for entry in trainers:
+            tr = entry if hasattr(entry, "epoch") else entry()
+            hist = History(tr.name, tr.kind)
+            out[tr.name] = hist
+            per_sample = bool(getattr(tr, "work_per_epoch", 0))
+            advance = bar.update if per_sample else (lambda n: None)
+            total_s = 0.0
+            for e in range(epochs):
+                clock = Interval(ctx.backend)
+                w0 = time.perf_counter()
+                clock.start()
+                tr.epoch(e, advance)
+                ms = clock.stop()
+                wall = (time.perf_counter() - w0) * 1e3
+                rec: Dict[str, float] = {"epoch": e + 1, "epoch_ms": ms, "wall_ms": wall}
+                if hasattr(tr, "stats"):
+                    rec.update({k: float(v) for k, v in tr.stats().items()})
+                steps = getattr(tr, "steps_per_epoch", 0)
+                if steps:
+                    rec["step_ms"] = ms / steps
+                total_s += ms / 1e3
+                rec["time_s"] = total_s
+                t0 = time.perf_counter()
+                rec.update({k: float(v) for k, v in tr.evaluate().items()})
+                rec["eval_ms"] = (time.perf_counter() - t0) * 1e3
+                hist.records.append(rec)
+                if not per_sample:
+                    bar.update(1)
+                shown = {k: f"{rec[k]:.4g}" for k in list(watch) + ["p@1"] if k in rec}
+                if hasattr(bar, "set_postfix"):
+                    bar.set_postfix(variant=tr.name, epoch=e + 1, **shown)
+                if not _finite(rec, watch):
+                    hist.stopped = f"non-finite {'/'.join(watch)}"
+                    break
+                reason = stop(hist) if stop else ""
+                if reason:
+                    hist.stopped = reason
+                    break
+            if per_sample and hist.epochs < epochs:
+                bar.update(int(tr.work_per_epoch) * (epochs - hist.epochs))
+            if after is not None:
+                after(tr)
+            del tr
+    finally:
+        if hasattr(bar, "close"):
+            bar.close()
+    return out
+
+
+def speedups(rows: List[Dict[str, Any]], ours: Sequence[str], baselines: Sequence[str], col: str,
+             key: str = "variant") -> List[Dict[str, Any]]:
+    """Add ``x_vs_<b>`` = rows[b][col] / row[col] (how many times faster than baseline b) to every
+    row but b's own (ours and the other baselines alike); rows missing ``col`` or with a
+    non-positive value get none. ``ours`` names our variants (the signature bench.measure will
+    share); it does not filter. Returns ``rows``."""
+    by = {r[key]: r for r in rows}
+    for r in rows:
+        v = r.get(col)
+        for b in baselines:
+            if b == r[key] or b not in by:
+                continue
+            bv = by[b].get(col)
+            if v is None or bv is None or not (float(v) > 0) or not math.isfinite(float(bv)):
+                continue
+            r[f"x_vs_{b}"] = float(bv) / float(v)
+    return rows
+
+
+def best_of(histories: Dict[str, History], metric: str) -> Dict[str, float]:
+    """The best (max) value of ``metric`` over epochs for each trainer."""
+    return {n: max(h.series(metric), default=math.nan) for n, h in histories.items()}

@@ -1,0 +1,660 @@
+"""model=slide on the CPU: the NumPy reference against direct loop implementations of the same
+rules (hashing, tables, query), gradients against finite differences, both Adams, the schedule,
+P@k, the config checks and the CLI on the small preset."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from pipeline.models.slide import reference as R
+
+
+def hyper(**kw):
+    base = dict(hidden=16, K=3, L=5, bin_size=4, bucket_capacity=4, threshold=1, min_active=0, max_active=0,
+                lr=1e-2, optimizer="lazy_adam")
+    base.update(kw)
+    return R.Hyper(**base)
+
+
+# ----------------------------------------------------------------------------- direct rules
+
+
+def direct_code(v, row):
+    best, c = -np.inf, 0
+    for k, i in enumerate(row):
+        if v[i] > best:
+            best, c = v[i], k
+    return c
+
+
+def direct_codes(V, bins, hp):
+    n = V.shape[0]
+    codes = np.zeros((n, hp.L, hp.K), np.int64)
+    for s in range(n):
+        for t in range(hp.L):
+            raw = [direct_code(V[s], bins[t * hp.K + j]) for j in range(hp.K)]
+            empty = [max(V[s][bins[t * hp.K + j]]) <= 0 for j in range(hp.K)]
+            for j in range(hp.K):
+                c = raw[j]
+                if hp.dwta and empty[j]:
+                    c = 0
+                    for r in range(1, hp.K):
+                        if not empty[(j + r) % hp.K]:
+                            c = raw[(j + r) % hp.K]
+                            break
+                codes[s, t, j] = c
+    buckets = np.zeros((n, hp.L), np.int64)
+    for j in range(hp.K):
+        buckets += codes[:, :, j] << ((hp.K - 1 - j) * hp.bits)
+    return codes, buckets
+
+
+def direct_tables(W2, bins, order, hp):
+    _, bk = direct_codes(W2, bins, hp)
+    tables, dropped = [], 0
+    for t in range(hp.L):
+        buckets = {}
+        for n in order:
+            buckets.setdefault(int(bk[n, t]), []).append(int(n))
+        for c, mem in buckets.items():
+            dropped += max(0, len(mem) - hp.bucket_capacity)
+            buckets[c] = mem[-hp.bucket_capacity:]
+        tables.append(buckets)
+    return tables, dropped
+
+
+def direct_query(h, tables, bins, hp, order, pad_off, labels):
+    _, bk = direct_codes(h, bins, hp)
+    N = len(order)
+    out, o_s, o_d = [], 0, 0
+    for b in range(h.shape[0]):
+        count = {}
+        for t in range(hp.L):
+            for n in tables[t].get(int(bk[b, t]), []):
+                count[n] = count.get(n, 0) + 1
+        lab = sorted(set(int(x) for x in labels[b])) if labels is not None else []
+        cand = [n for n, c in count.items() if c >= hp.threshold and n not in lab]
+        have = set(lab) | set(cand)
+        pads, i = [], 0
+        while len(have) < min(hp.min_active, N):
+            n = int(order[(pad_off[b] + i) % N])
+            if n not in have:
+                have.add(n)
+                pads.append(n)
+            i += 1
+        ranked = lab + sorted(cand, key=lambda n: (-count[n], n)) + pads
+        if hp.max_active and len(ranked) > hp.max_active:
+            o_s += 1
+            o_d += len(ranked) - hp.max_active
+            ranked = ranked[:hp.max_active]
+        out.append(sorted(ranked))
+    return out, o_s, o_d
+
+
+# ----------------------------------------------------------------------------- hashing
+
+
+@pytest.mark.parametrize("dwta", [False, True])
+@pytest.mark.parametrize("bin_size", [2, 4, 6])
+def test_wta_codes_match_direct(dwta, bin_size):
+    rng = np.random.default_rng(1)
+    hp = hyper(bin_size=bin_size, dwta=dwta)
+    bins = R.draw_hash(hp, rng)
+    # small integers: many ties; ReLU-like zeros: empty bins for DWTA (some rows all zero)
+    V = np.maximum(rng.integers(-3, 3, size=(40, hp.hidden)), 0).astype(np.float32)
+    V[:3] = 0
+    V[3:6] = rng.normal(size=(3, hp.hidden))
+    codes, buckets = R.wta_codes(V, bins, hp, chunk=7)
+    dc, db = direct_codes(V, bins, hp)
+    assert codes.dtype == np.int32 and buckets.dtype == np.int64
+    np.testing.assert_array_equal(codes, dc)
+    np.testing.assert_array_equal(buckets, db)
+    assert buckets.max() < hp.nbuckets
+    if dwta:   # an all-zero row has every bin empty: code 0 everywhere
+        assert (codes[:3] == 0).all()
+        assert (codes != R.wta_codes(V, bins, hyper(bin_size=bin_size))[0]).any()
+
+
+def test_draw_hash_permutations_in_rng_order():
+    hp = hyper(hidden=8, K=3, L=4, bin_size=4)          # 48 entries: six permutations of 8
+    bins = R.draw_hash(hp, np.random.default_rng(5))
+    rng = np.random.default_rng(5)
+    want = np.concatenate([rng.permutation(8) for _ in range(6)]).reshape(12, 4)
+    np.testing.assert_array_equal(bins, want)
+    assert bins.dtype == np.int32
+    hp = hyper(hidden=16, K=3, L=5, bin_size=4)         # 60 entries: 4 permutations, cut
+    flat = R.draw_hash(hp, np.random.default_rng(0)).ravel()
+    assert sorted(flat[:16]) == list(range(16)) and flat.size == 60
+
+
+def test_bits_and_buckets():
+    assert hyper(bin_size=8, K=6).bits == 3 and hyper(bin_size=8, K=6).nbuckets == 2 ** 18
+    assert hyper(bin_size=2).bits == 1 and hyper(bin_size=16, K=2).nbuckets == 256
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+@pytest.mark.parametrize("cap", [1, 3, 100])
+def test_tables_fifo_under_overflow(cap):
+    rng = np.random.default_rng(2)
+    hp = hyper(K=1, L=3, bin_size=2, bucket_capacity=cap)   # 2 buckets a table: heavy overflow
+    N = 50
+    W2 = rng.normal(size=(N, hp.hidden)).astype(np.float32)
+    bins = R.draw_hash(hp, rng)
+    order = rng.permutation(N)
+    tab = R.build_tables(W2, bins, order, hp)
+    want, dropped = direct_tables(W2, bins, order, hp)
+    assert tab.offsets.shape == (hp.L, hp.nbuckets + 1) and tab.ids.shape == (hp.L, N)
+    assert tab.dropped == dropped
+    for t in range(hp.L):
+        for c in range(hp.nbuckets):
+            assert tab.members(t, c).tolist() == want[t].get(c, [])
+        assert (tab.ids[t, tab.offsets[t, -1]:] == -1).all()
+    if cap == 1:
+        assert dropped == hp.L * N - sum(len(v) for t in want for v in t.values()) > 0
+    if cap == 100:
+        assert dropped == 0
+
+
+def test_tables_many_buckets():
+    rng = np.random.default_rng(3)
+    hp = hyper(K=3, L=4, bin_size=4, bucket_capacity=2)
+    N = 200
+    W2 = rng.normal(size=(N, hp.hidden)).astype(np.float32)
+    bins, order = R.draw_hash(hp, rng), rng.permutation(N)
+    tab = R.build_tables(W2, bins, order, hp)
+    want, dropped = direct_tables(W2, bins, order, hp)
+    assert tab.dropped == dropped > 0
+    for t in range(hp.L):
+        got = {c: tab.members(t, c).tolist() for c in range(hp.nbuckets) if tab.offsets[t, c + 1] > tab.offsets[t, c]}
+        assert got == want[t]
+
+
+# ----------------------------------------------------------------------------- query
+
+
+def query_case(seed=4, N=60, B=12, **kw):
+    rng = np.random.default_rng(seed)
+    hp = hyper(**kw)
+    W2 = rng.normal(size=(N, hp.hidden)).astype(np.float32)
+    h = np.maximum(rng.normal(size=(B, hp.hidden)), 0).astype(np.float32)
+    bins, order = R.draw_hash(hp, rng), rng.permutation(N)
+    labels = [rng.choice(N, size=rng.integers(0, 4), replace=False) for _ in range(B)]
+    pad = rng.integers(0, N, size=B)
+    pad[0] = N - 1                                       # the walk wraps around
+    return hp, W2, h, bins, order, labels, pad
+
+
+@pytest.mark.parametrize("kw", [
+    dict(),                                              # candidates only
+    dict(threshold=2),
+    dict(min_active=20),                                 # padding
+    dict(min_active=200),                                # padding to all N
+    dict(threshold=2, min_active=25, max_active=25),
+    dict(max_active=3, bucket_capacity=8),               # truncation: labels, count desc, id asc
+    dict(max_active=1, min_active=1),
+])
+@pytest.mark.parametrize("with_labels", [True, False])
+def test_query_matches_direct(kw, with_labels):
+    hp, W2, h, bins, order, labels, pad = query_case(**kw)
+    tab = R.build_tables(W2, bins, order, hp)
+    want_tab, _ = direct_tables(W2, bins, order, hp)
+    lab = labels if with_labels else None
+    act = R.query(h, tab, bins, hp, order, pad, lab)
+    want, o_s, o_d = direct_query(h, want_tab, bins, hp, order, pad, lab)
+    assert act.off.dtype == np.int64 and act.ids.dtype == np.int32 and act.off[0] == 0
+    for b in range(h.shape[0]):
+        assert act.of(b).tolist() == want[b], b
+    assert (act.overflow_samples, act.overflow_dropped) == (o_s, o_d)
+    if with_labels and not hp.max_active:
+        for b in range(h.shape[0]):
+            assert set(labels[b]) <= set(act.of(b).tolist())
+    if hp.min_active and not hp.max_active:
+        assert (act.sizes >= min(hp.min_active, W2.shape[0])).all()
+    if kw.get("max_active") == 3:
+        assert o_s > 0
+
+
+def test_query_truncation_keeps_labels_first():
+    hp, W2, h, bins, order, labels, pad = query_case(max_active=2, bucket_capacity=8, min_active=2)
+    labels = [np.array([7, 3, 9]) for _ in labels]
+    act = R.query(h, R.build_tables(W2, bins, order, hp), bins, hp, order, pad, labels)
+    for b in range(h.shape[0]):
+        assert act.of(b).tolist() == [3, 7]
+    assert act.overflow_samples == h.shape[0]
+
+
+def test_max_active_from_data():
+    from omegaconf import OmegaConf
+    m = OmegaConf.create(dict(hidden=128, K=6, L=50, bin_size=8, hash="dwta", bucket_capacity=128, threshold=1,
+                              min_active=1500, max_active=0, lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8,
+                              optimizer="adam"))
+    hp = R.Hyper.from_cfg(m, 670091, 7)
+    assert hp.max_active == 50 * 128 + 7 and hp.dwta and hp.optimizer == "adam"
+    assert R.Hyper.from_cfg(m, 159, 7).max_active == 159
+    m.max_active = 3000
+    assert R.Hyper.from_cfg(m, 670091, 7).max_active == 3000
+
+
+# ----------------------------------------------------------------------------- step
+
+
+def step_case(seed=6, B=6, F=30, N=25, H=8):
+    rng = np.random.default_rng(seed)
+    hp = hyper(hidden=H, bin_size=4, K=2, L=3)
+    p = R.init_params(F, N, hp, rng)
+    p.W1 *= 30                                           # ReLUs away from zero, both signs
+    p.W2 *= 30
+    X = sp.random(B, F, density=0.3, format="csr", dtype=np.float64, random_state=seed)
+    X.data[:] = rng.uniform(0.5, 1.5, X.nnz)
+    labels = [rng.choice(N, size=k, replace=False) for k in [1, 2, 0, 3, 1, 2][:B]]
+    sets = [np.union1d(labels[b], rng.choice(N, size=6, replace=False)) for b in range(B)]
+    off = np.concatenate([[0], np.cumsum([len(s) for s in sets])]).astype(np.int64)
+    act = R.Active(off, np.concatenate(sets).astype(np.int32))
+    return hp, p, X.astype(np.float32).tocsr(), labels, act
+
+
+def loss_of(X, labels, p, act, hp):
+    return R.forward_backward(X, labels, p, act, hp)[0]
+
+
+def test_forward_backward_against_finite_differences():
+    hp, p32, X, labels, act = step_case()
+    p = p32.copy(np.float64)
+    loss, g, h = R.forward_backward(X, labels, p, act, hp)
+    assert g.W1.dtype == np.float64 and math.isfinite(loss)
+    # the loss by hand for one sample
+    b = 1
+    ids = act.of(b)
+    z = np.array([p.W2[n] @ h[b] + p.b2[n] for n in ids])
+    logp = z - z.max() - np.log(np.exp(z - z.max()).sum())
+    yb = np.isin(ids, labels[b]) / len(labels[b])
+    lb = -(yb * logp).sum()
+    assert lb > 0
+    rng = np.random.default_rng(0)
+    eps = 1e-6
+    checked = 0
+    for name, shape in (("W1", p.W1.shape), ("b1", p.b1.shape), ("W2", p.W2.shape), ("b2", p.b2.shape)):
+        G = getattr(g, name)
+        if name in ("W2", "b2"):     # rows in some active set
+            rows = np.unique(act.ids)
+            picks = [(int(rng.choice(rows)),) + tuple(int(rng.integers(0, s)) for s in shape[1:]) for _ in range(12)]
+        elif name == "W1":
+            picks = [(int(rng.choice(np.unique(X.indices))), int(rng.integers(0, shape[1]))) for _ in range(12)]
+        else:
+            picks = [(int(i),) for i in range(shape[0])]
+        for idx in picks:
+            w = getattr(p, name)
+            old = w[idx]
+            w[idx] = old + eps
+            lp = loss_of(X, labels, p, act, hp)
+            w[idx] = old - eps
+            lm = loss_of(X, labels, p, act, hp)
+            w[idx] = old
+            fd = (lp - lm) / (2 * eps)
+            assert abs(fd - G[idx]) <= 1e-6 + 1e-4 * abs(fd), (name, idx, fd, G[idx])
+            checked += 1
+    assert checked > 40
+    # rows outside every active set get no output gradient; unlabelled sample 2 contributes nothing
+    outside = np.setdiff1d(np.arange(p.W2.shape[0]), act.ids)
+    assert (g.W2[outside] == 0).all() and (g.b2[outside] == 0).all()
+    np.testing.assert_array_equal(g.rows_W2, np.unique(act.ids))
+
+
+def test_unlabelled_sample_has_no_loss_or_gradient():
+    hp, p, X, labels, act = step_case()
+    p = p.copy(np.float64)
+    labels = [np.zeros(0, np.int64)] * X.shape[0]
+    loss, g, _ = R.forward_backward(X, labels, p, act, hp)
+    assert loss == 0 and not g.W1.any() and not g.W2.any() and not g.b1.any()
+
+
+def test_dense_step_equals_all_active_step():
+    hp, p, X, labels, _ = step_case()
+    p = p.copy(np.float64)
+    full = R.Active.full(X.shape[0], p.W2.shape[0])
+    l1, g1, _ = R.forward_backward(X, labels, p, full, hp)
+    l2, g2, _ = R.dense_forward_backward(X, labels, p, hp)
+    assert abs(l1 - l2) < 1e-12
+    for k in ("W1", "b1", "W2", "b2"):
+        np.testing.assert_allclose(getattr(g1, k), getattr(g2, k), atol=1e-14)
+
+
+def adam_direct(w, g, m, v, t, hp):
+    lr_t = hp.lr * math.sqrt(1 - hp.beta2 ** t) / (1 - hp.beta1 ** t)
+    m = hp.beta1 * m + (1 - hp.beta1) * g
+    v = hp.beta2 * v + (1 - hp.beta2) * g * g
+    return w - lr_t * m / (np.sqrt(v) + hp.eps), m, v
+
+
+def test_adam_dense_and_lazy():
+    hp, p0, X, labels, act = step_case()
+    p0 = p0.copy(np.float64)
+    for opt in ("adam", "lazy_adam"):
+        hp.optimizer = opt
+        p = p0.copy()
+        steps = []
+        full = R.Active.full(X.shape[0], p.W2.shape[0])
+        for s in range(3):              # three steps, the first with every neuron active: moments matter
+            _, g, _ = R.forward_backward(X, labels, p, full if s == 0 else act, hp)
+            before = p.copy()
+            R.adam_update(p, g, hp)
+            steps.append((before, g))
+            assert p.t == s + 1
+        before, g = steps[-1]
+        for name in R.Params.WEIGHTS:
+            w, m, v = (getattr(before, k) for k in (name, "m" + name, "v" + name))
+            ew, em, ev = adam_direct(w, getattr(g, name), m, v, 3, hp)
+            if opt == "lazy_adam" and name != "b1":
+                rows = g.rows_W1 if name == "W1" else g.rows_W2
+                other = np.setdiff1d(np.arange(w.shape[0]), rows)
+                assert other.size > 0
+                for k, e in ((name, ew), ("m" + name, em), ("v" + name, ev)):
+                    np.testing.assert_allclose(getattr(p, k)[rows], e[rows], rtol=1e-12, atol=1e-15)
+                    np.testing.assert_array_equal(getattr(p, k)[other], getattr(before, k)[other])
+            else:
+                np.testing.assert_allclose(getattr(p, name), ew, rtol=1e-12, atol=1e-15)
+                np.testing.assert_allclose(getattr(p, "v" + name), ev, rtol=1e-12, atol=1e-18)
+        if opt == "adam":
+            dense_p = p
+        else:
+            lazy_p = p
+    # after the first step, dense Adam moves rows with a zero gradient (their momentum), lazy does not
+    outside = np.setdiff1d(np.arange(p0.W2.shape[0]), act.ids)
+    after1 = p0.copy()
+    _, g, _ = R.forward_backward(X, labels, after1, R.Active.full(X.shape[0], p0.W2.shape[0]), hp)
+    R.adam_update(after1, g, hp)
+    assert (dense_p.W2[outside] != after1.W2[outside]).any()
+    np.testing.assert_array_equal(lazy_p.W2[outside], after1.W2[outside])
+
+
+def test_adam_first_step_size():
+    hp = hyper(lr=0.1)
+    p = R.init_params(3, 4, hyper(hidden=16), np.random.default_rng(0))
+    g = R.Grads(np.ones_like(p.W1), np.ones_like(p.b1), np.ones_like(p.W2), np.ones_like(p.b2),
+                np.arange(3), np.arange(4))
+    w0 = p.W1.copy()
+    R.adam_update(p, g, hp)
+    np.testing.assert_allclose(w0 - p.W1, 0.1, rtol=1e-5)   # first Adam step: lr * sign(g)
+
+
+# ----------------------------------------------------------------------------- schedule and RNG
+
+
+class RecordingEngine:
+    def __init__(self, hp, params, F, N):
+        self.params0, self.calls, self.pads = params, [], []
+        self.trainer = None
+
+    def batch(self, split, r0, r1, order=None):
+        return (r0, r1, None if order is None else order[r0:r1].copy())
+
+    def set_hash(self, bins, order):
+        self.calls.append(("hash", bins.copy(), order.copy()))
+
+    def rebuild(self):
+        self.calls.append(("rebuild", self.trainer.S if self.trainer else 0))
+
+    def step(self, batch, pad):
+        self.pads.append(pad.copy())
+
+
+def recording_trainer(hp, N=10, shuffle=False):
+    eng = {}
+
+    def make(p):
+        eng["e"] = RecordingEngine(hp, p, 5, N)
+        return eng["e"]
+    tr = R.SlideTrainer(hp, 5, N, seed=3, make_engine=make, shuffle=shuffle)
+    eng["e"].trainer = tr
+    return tr, eng["e"]
+
+
+def test_schedule_rebuild_decay_and_reshuffle():
+    hp = hyper(rebuild_every=100, rebuild_decay=2.0, reshuffle_every=1000)
+    tr, e = recording_trainer(hp)
+    for _ in range(40):
+        tr.step(None, 50)                               # S = 50, 100, ..., 2000
+    rebuilds = [c[1] for c in e.calls if c[0] == "rebuild"]
+    hashes = [c for c in e.calls if c[0] == "hash"]
+    # period 100 -> 200 -> 400 -> 800 (after each rebuild); reshuffles at 1000 and 2000 rebuild too
+    # 0 (first build), 100 (next 300), 300 (next 700), 700 (next 1500), 1000 reshuffle (next 1000+1600),
+    # 2000 reshuffle
+    assert rebuilds == [0, 100, 300, 700, 1000, 2000]
+    assert len(hashes) == 3 and tr.reshuffles == 2
+    assert not np.array_equal(hashes[0][1], hashes[1][1])
+
+
+def test_schedule_never():
+    hp = hyper(rebuild_every=0, reshuffle_every=0)
+    tr, e = recording_trainer(hp)
+    for _ in range(10):
+        tr.step(None, 64)
+    assert [c[0] for c in e.calls] == ["hash", "rebuild"]
+
+
+def test_rng_order_and_same_stream_for_every_engine():
+    hp = hyper(rebuild_every=64, reshuffle_every=128)
+    tr, e = recording_trainer(hp, N=10, shuffle=True)
+    rng = np.random.Generator(np.random.PCG64(3))
+    p = R.init_params(5, 10, hp, rng)
+    np.testing.assert_array_equal(p.W2, e.params0.W2)
+    np.testing.assert_array_equal(R.draw_hash(hp, rng), e.calls[0][1])
+    np.testing.assert_array_equal(rng.permutation(10), e.calls[0][2])
+    tr.epoch(None, 100, 32)
+    rng.permutation(100)                                 # the epoch's shuffle, then per-step pads
+    pads = [rng.integers(0, 10, size=32), rng.integers(0, 10, size=32)]
+    np.testing.assert_array_equal(e.pads[0], pads[0])
+    np.testing.assert_array_equal(e.pads[1], pads[1])
+    # the reference engine and the dense engine see identical parameters and pads
+    t1 = R.SlideTrainer(hp, 5, 10, 3)
+    t2 = R.SlideTrainer(hp, 5, 10, 3, make_engine=lambda q: R.DenseEngine(hp, q, 5, 10))
+    np.testing.assert_array_equal(t1.engine.params().W1, t2.engine.params().W1)
+    assert t1.rng.bit_generator.state == t2.rng.bit_generator.state
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def test_topk_and_precision():
+    logits = np.array([[0.1, 0.9, 0.9, 0.2, 0.9],
+                       [5.0, 1.0, 2.0, 3.0, 4.0]], np.float32)
+    np.testing.assert_array_equal(R.topk_ids(logits, 2), [[1, 2], [0, 4]])
+    np.testing.assert_array_equal(R.topk_ids(logits, 5)[0], [1, 2, 4, 3, 0])
+    Y = sp.csr_matrix(np.array([[0, 0, 1, 0, 0], [0, 0, 0, 0, 1]], np.float32))
+    top = np.array([[1, 2, 4, 3, 0], [4, 0, 1, 2, 3]])
+    p = R.precision_at_k(top, Y, (1, 2, 5))
+    assert p == {"p@1": 0.5, "p@2": 0.5, "p@5": 0.2}
+    Y0 = sp.csr_matrix((2, 5), dtype=np.float32)     # no labels: 0
+    assert R.precision_at_k(top, Y0, (1,))["p@1"] == 0.0
+
+
+def test_predict_topk_chunks():
+    rng = np.random.default_rng(0)
+    hp = hyper()
+    p = R.init_params(20, 30, hp, rng)
+    X = sp.random(50, 20, density=0.3, format="csr", dtype=np.float32, random_state=1)
+    a = R.predict_topk(X, p, 5, eval_batch=7)
+    logits = R.hidden(X, p) @ p.W2.T + p.b2
+    np.testing.assert_array_equal(a, np.argsort(-logits, axis=1, kind="stable")[:, :5])
+
+
+def test_reference_trainer_learns():
+    """A planted problem (each label owns a few features): P@1 well above chance in a few epochs."""
+    rng = np.random.default_rng(0)
+    F, N, n = 400, 100, 1500
+    sig = rng.integers(0, F, size=(N, 3))
+    lab = rng.integers(0, N, size=n)
+    rows = [np.unique(np.concatenate([sig[lab[i]], rng.integers(0, F, 2)])) for i in range(n)]
+    X = sp.csr_matrix((np.ones(sum(map(len, rows)), np.float32), np.concatenate(rows),
+                       np.concatenate([[0], np.cumsum([len(r) for r in rows])])), shape=(n, F))
+    Y = sp.csr_matrix((np.ones(n, np.float32), lab, np.arange(n + 1)), shape=(n, N))
+
+    class Split:
+        pass
+    tr_s, te_s = Split(), Split()
+    tr_s.X, tr_s.Y, te_s.X, te_s.Y = X[:1200], Y[:1200], X[1200:], Y[1200:]
+    hp = R.Hyper(hidden=32, K=3, L=8, bin_size=4, bucket_capacity=16, min_active=32, lr=1e-2,
+                 rebuild_every=256, reshuffle_every=1024)
+    hp.max_active = 200
+    t = R.ReferenceTrainer(hp, F, N, seed=0)
+    for _ in range(6):
+        t.epoch(tr_s, 1200, 64)
+    st = t.engine.epoch_stats()
+    p1 = R.precision_at_k(t.engine.predict_topk(te_s.X, 5), te_s.Y)["p@1"]
+    assert p1 > 0.3 and st["active_mean"] >= 32 and t.reshuffles >= 6
+    assert set(t.engine.phase_times()) == set(R.PHASES)
+
+
+def test_all_active_slide_equals_dense_training():
+    """With min_active >= N every neuron is active: the cpu variant trains exactly like cpu_dense
+    (same initial parameters, data order and Adam)."""
+    rng = np.random.default_rng(1)
+    F, N, n = 40, 12, 96
+    X = sp.random(n, F, density=0.2, format="csr", dtype=np.float32, random_state=2)
+    Y = sp.csr_matrix((np.ones(n, np.float32), rng.integers(0, N, n), np.arange(n + 1)), shape=(n, N))
+
+    class Split:
+        pass
+    s = Split()
+    s.X, s.Y = X, Y
+    hp = R.Hyper(hidden=16, K=2, L=3, bin_size=4, min_active=N, lr=1e-2, rebuild_every=32, optimizer="adam")
+    hp.max_active = N
+    a = R.SlideTrainer(hp, F, N, 7, shuffle=True)
+    b = R.SlideTrainer(hp, F, N, 7, make_engine=lambda p: R.DenseEngine(hp, p, F, N), shuffle=True)
+    for _ in range(2):
+        a.epoch(s, n, 16)
+        b.epoch(s, n, 16)
+    pa, pb = a.engine.params(), b.engine.params()
+    for k in R.Params.WEIGHTS:
+        np.testing.assert_allclose(getattr(pa, k), getattr(pb, k), rtol=1e-4, atol=1e-6)
+    assert a.engine.epoch_stats()["active_mean"] == N
+
+
+# ----------------------------------------------------------------------------- config and CLI
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["model.K=0"], "model.K"),
+    (["model.L=0"], "model.L"),
+    (["model.bin_size=6"], "model.bin_size"),
+    (["model.bin_size=1"], "model.bin_size"),
+    (["model.K=11"], "model.K"),                         # 33 bits a bucket id
+    (["model.hidden=100"], "model.hidden"),
+    (["model.hash=simhash"], "model.hash"),
+    (["model.threshold=51"], "model.threshold"),
+    (["model.min_active=2000", "model.max_active=1000"], "model.min_active"),
+    (["model.optimizer=sgd"], "model.optimizer"),
+    (["model.rebuild_decay=0.5"], "model.rebuild_decay"),
+    (["model.bucket_capacity=0"], "model.bucket_capacity"),
+    (["batch_size=0"], "batch_size"),
+    (["model.topk=[]"], "model.topk"),
+    (["model.variants=[fast]"], "model.variants"),
+    (["model.baselines=[dense_bf16]"], "model.baselines"),
+    (["kernel=flow"], "kernel"),
+    (["model.small.K=12"], "model.small.K"),             # the small preset is checked as well
+    (["+model.small.nope=1"], "model.small.nope"),
+])
+def test_config_errors(compose, overrides, key):
+    from pipeline.config import validate
+    from pipeline.errors import ConfigError
+    with pytest.raises(ConfigError, match=key) as e:
+        validate(compose(["model=slide", *overrides]))
+    assert "\n" not in str(e.value)
+
+
+def test_defaults_compose_and_effective_small(compose):
+    from pipeline.config import validate
+    from pipeline.config.slide import effective
+    cfg = compose(["model=slide"])
+    validate(cfg)
+    assert cfg.dataset.name == "amazon670k" and cfg.kernel.name == "slide"
+    m = cfg.model
+    assert (m.K, m.L, m.bin_size, m.min_active, m.optimizer) == (6, 50, 8, 1500, "lazy_adam")
+    small = effective(m, "small")
+    assert small.K == m.small.K and small.L == m.small.L and small.hidden == 128
+    assert effective(m, "full") is m
+
+
+def test_suite_and_sanitize_configs_compose(compose):
+    from pipeline.config import validate
+    from pipeline.models.slide import GPU_SUITE, SANITIZE
+    assert GPU_SUITE and SANITIZE
+    for ov in GPU_SUITE + SANITIZE:
+        validate(compose(list(ov)))
+
+
+def test_bibtex_through_runner(compose, tmp_path):
+    """dataset=bibtex (real, 159 labels) on the CPU backend: cpu against cpu_dense, one epoch."""
+    from pipeline import runner
+    cfg = compose(["model=slide", "dataset=bibtex", "backend=cpu", "tracking.enabled=false", "progress=false",
+                   "epochs=1", "model.eval_rows=500", f"cache_dir={tmp_path}"])
+    rep = runner.run(cfg, out_dir=tmp_path, echo=False)
+    rows = {r["variant"]: r for r in rep.rows}
+    assert set(rows) == {"cpu", "cpu_dense"} and not rep.failures
+    assert rows["cpu"]["p@1"] > 0.1 and "x_vs_cpu_dense" in rows["cpu"]
+    assert rows["cpu"]["active_mean"] == 159          # min_active >= 159 labels: every label active
+    assert len(rep.series["cpu/p@1"]) == 1 and "cpu/lsh_query_ms" in rep.series
+    assert "summary/cpu/p@1" in rep.metrics and "p1_vs_time.png" in rep.figures
+    assert any("cpu_dense" in n for n in rep.notes)
+
+
+@pytest.mark.slow
+def test_cli_default_small_preset(cli):
+    r = cli("model=slide", "backend=cpu", check=True, timeout=300)
+    assert "slide on amazon670k" in r.stdout and "cpu_dense" in r.stdout
+    assert "small preset" in r.stderr and "NumPy reference" in r.stderr
+
+
+def test_gpu_step_check_logic(compose, tmp_path):
+    """The model's GPU step check, run with the NumPy engine standing in for SlideGPU: it passes
+    when the step is the reference's and fails when the engine's gradient is off by 1 %."""
+    import types
+    from pipeline.context import Context
+    from pipeline.models.slide.model import SlideModel
+
+    class Stand(R.ReferenceEngine):
+        scale = 1.0
+
+        def __init__(self, ctx, hp, params, F, N):
+            super().__init__(hp, params, F, N)
+
+        def active_for(self, split, r0, r1, pad):
+            h = R.hidden(split.X[r0:r1], self.p)
+            return R.query(h, self.tables, self.bins, self.hp, self.node_order, pad, R.labels_of(split.Y[r0:r1]))
+
+        def step(self, batch, pad):
+            act = self.active_for(batch, 0, len(batch), pad)
+            _, g, _ = R.forward_backward(batch.X, batch.Y, self.p, act, self.hp)
+            g.W2 *= self.scale
+            R.adam_update(self.p, g, self.hp)
+
+    cfg = compose(["model=slide", "dataset=bibtex", "backend=cpu", f"cache_dir={tmp_path}", "batch_size=32",
+                   "model.small.min_active=40"])
+    m = SlideModel(cfg, Context(cfg=cfg, backend="cpu", size="small", out_dir=tmp_path))
+    m.prepare()
+    m.gpu = types.SimpleNamespace(SlideGPU=Stand)
+    m.device_split = m.data.train
+    m.failures = []
+    assert m.check_gpu_step() < 1e-9 and not m.failures
+    Stand.scale = 1.01
+    assert m.check_gpu_step() > 5e-3 and "differs from the NumPy step" in m.failures[0]
+
+
+def test_cli_bad_config_one_line(cli):
+    r = cli("model=slide", "model.bin_size=6", timeout=120)
+    assert r.returncode != 0
+    err = [ln for ln in r.stderr.splitlines() if "model.bin_size=6" in ln]
+    assert err and "power of two" in err[0] and "Traceback" not in r.stderr
+
+
+def test_small_preset_off(compose):
+    from pipeline.config import validate
+    from pipeline.config.slide import effective
+    cfg = compose(["model=slide", "model.small=null", "model.K=2"])
+    validate(cfg)
+    assert effective(cfg.model, "small") is cfg.model and cfg.model.K == 2

@@ -370,8 +370,7 @@ def _imports(path: Path):
 
 
 # Circles not removed yet, each with its reason; remove an entry when its circle is gone.
-KNOWN_CIRCLES = {"sparse_dnn": "model -> multi -> model (the multi-GPU workers load the network through "
-                               "model.load_network)"}
+KNOWN_CIRCLES: dict = {}
 
 
 def test_no_import_circles_within_a_model_package():

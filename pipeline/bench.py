@@ -107,7 +107,7 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
     it = iter(bar)
     for case in cases:
         expected = case.expected()
-        case_rows, runs, streams = [], [], []
+        case_rows, runs, streams, alive = [], [], [], []
         for v in variants:
             next(it, None)
             if hasattr(bar, "set_postfix_str"):
@@ -136,7 +136,7 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
                 tol = v.tolerance if v.tolerance is not None else tolerance
                 ok = bool(np.isfinite(err) and err <= tol)
                 row.update(rel_err=err, tol=tol, ok=ok)
-            del outputs
+            alive.append(outputs)   # run() writes into these buffers: they must outlive the timing
             case_rows.append(row)
             runs.append(run)
             streams.append(stream)
@@ -151,7 +151,7 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
                 if ctx.peaks is not None:
                     floor = max(c.bytes / ctx.peaks.bandwidth(), c.flops / ctx.peaks.flops(c.precision))
                     row["pct_peak"] = 100.0 * floor / sec
-        del runs
+        del runs, alive
         index = {r["variant"]: i for i, r in enumerate(case_rows)}
         for i, r in enumerate(case_rows):
             spreads = []

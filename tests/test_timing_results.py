@@ -337,3 +337,31 @@ def test_best_metrics_one_case_and_several():
     assert m["summary/A k=16/best_ms"] == 1.0 and m["summary/A k=32/best_ms"] == 3.0
     assert m["summary/A k=32/best_x_vs_b"] == pytest.approx(4 / 3) and "best_ms" not in m
     assert m["summary/objective"] == 2.0
+
+
+def test_outputs_outlive_the_interleaved_timing(ctx):
+    """A GPU variant's run() writes into buffers its first outputs own (the run closure may hold
+    only a raw pointer); measure must keep them alive until every variant of the case is timed,
+    else the timed calls write into freed device memory."""
+    import weakref
+    rng = np.random.default_rng(3)
+    freed = []
+
+    class Buf(np.ndarray):
+        pass
+
+    def build(case, ctx):
+        x = case.inputs["x"]
+        box = {}
+
+        def run():
+            if "ref" in box and box["ref"]() is None:
+                freed.append(True)              # a call after its buffer was released
+            out = (2 * x).view(Buf)
+            if "ref" not in box:
+                box["ref"] = weakref.ref(out)
+            return {"y": out}
+        return run
+    measure([_case(rng)], [Variant("a", "ours", build), Variant("b", "baseline", build)], ctx, tolerance=1e-4,
+            speedup_over=["b"])
+    assert not freed

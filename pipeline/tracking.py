@@ -345,18 +345,17 @@ class SweepCallback(Callback):
             runs = client.search_runs([client.get_run(parent).info.experiment_id],
                                       filter_string=f"tags.mlflow.parentRunId = '{parent}'",
                                       order_by=["attributes.start_time ASC"])
+            ended = {}
             for r in runs:   # a job whose process died (SIGKILL, a node lost) left its run RUNNING
                 if r.info.status == "RUNNING":
                     client.set_tag(r.info.run_id, "error", "the job's process ended before its run did "
                                    "(killed, or the sweep was interrupted)")
-                    client.set_terminated(r.info.run_id, status=status or "FAILED")
-            runs = client.search_runs([client.get_run(parent).info.experiment_id],
-                                      filter_string=f"tags.mlflow.parentRunId = '{parent}'",
-                                      order_by=["attributes.start_time ASC"])
-            failed = any(r.info.status != "FINISHED" for r in runs)
+                    ended[r.info.run_id] = status or "FAILED"
+                    client.set_terminated(r.info.run_id, status=ended[r.info.run_id])
+            failed = any(ended.get(r.info.run_id, r.info.status) != "FINISHED" for r in runs)
             rows: List[Dict[str, Any]] = []
             for r in runs:
-                row: Dict[str, Any] = {"run": r.info.run_name, "status": r.info.status}
+                row: Dict[str, Any] = {"run": r.info.run_name, "status": ended.get(r.info.run_id, r.info.status)}
                 for k, v in sorted(r.data.metrics.items()):
                     if k.startswith("summary/"):
                         row[k[len("summary/"):]] = v

@@ -117,9 +117,10 @@ class ActiveDev:
 class _Phases:
     """CUDA events at phase boundaries, accumulated; one synchronisation per read."""
 
-    def __init__(self):
+    def __init__(self, elapsed_ms=lambda a, b: b.time_since(a)):
         self.pairs: List[Tuple[str, object, object]] = []
         self.last = None
+        self.elapsed_ms = elapsed_ms        # (start, end) -> ms; PyCUDA's events by default
 
     def mark(self):
         import pycuda.driver as drv
@@ -142,7 +143,7 @@ class _Phases:
         if self.pairs:
             self.pairs[-1][2].synchronize()
             for p, a, b in self.pairs:
-                out[p] += b.time_since(a)
+                out[p] += self.elapsed_ms(a, b)
         self.pairs = []
         return out
 
@@ -726,7 +727,7 @@ class TorchDense:
         self.lazy = hp.optimizer == "lazy_adam"
         self.loss = torch.zeros((), dtype=torch.float64, device=dev)
         self.steps = self.samples = 0
-        self.pairs: List[Tuple[str, object, object]] = []
+        self.phases = _Phases(elapsed_ms=lambda a, b: a.elapsed_time(b))   # torch.cuda.Event pairs
         self._splits: Dict[int, dict] = {}
 
     def set_hash(self, bins, node_order) -> None:
@@ -818,19 +819,13 @@ class TorchDense:
         self._adam(self.W1, self.mW1, self.vW1, gW1, lr_t, torch.unique(idx) if self.lazy else None)
         self._adam(self.b1, self.mb1, self.vb1, gb1, lr_t)
         e5 = self._event()
-        self.pairs += [("input_fwd", e0, e1), ("output_fwd_softmax", e1, e2), ("output_bwd", e2, e3),
+        self.phases.pairs += [("input_fwd", e0, e1), ("output_fwd_softmax", e1, e2), ("output_bwd", e2, e3),
                        ("hidden_bwd", e3, e4), ("update", e4, e5)]
         self.steps += 1
         self.samples += B
 
     def phase_times(self) -> Dict[str, float]:
-        out = {p: 0.0 for p in PHASES}
-        if self.pairs:
-            self.pairs[-1][2].synchronize()
-            for p, a, b in self.pairs:
-                out[p] += a.elapsed_time(b)
-        self.pairs = []
-        return out
+        return self.phases.take()
 
     def epoch_stats(self) -> Dict[str, float]:
         loss = float(self.loss.item())

@@ -18,16 +18,16 @@ from typing import Any, Dict, List
 import numpy as np
 from omegaconf import OmegaConf
 
-from pipeline.config import check_variants
 from pipeline.data import radixnet
 from pipeline.errors import ConfigError
 from pipeline.models.base import Model
 from pipeline.models.sparse_dnn import multi
 from pipeline.models.sparse_dnn import reference as ref
 from pipeline.models.sparse_dnn.network import _csr_bytes, _gb, load_network   # noqa: F401 (load_network: re-exported)
+from pipeline.models.sparse_dnn.variants import REGISTRY
 from pipeline.results import Report
 
-GPU_VARIANTS = ["snig", "pull", "bf", "cusparse"]
+GPU_VARIANTS = REGISTRY.names("cuda")
 # What each variant promises about bit-identical outputs from pass to pass (the `deterministic`
 # column adds what the run saw: the digests of the checked and the profiled pass compared).
 DETERMINISM = {
@@ -37,7 +37,7 @@ DETERMINISM = {
     "cusparse": "not promised (cuSPARSE SpMM makes no run-to-run guarantee)",
     "cpu": "by design (exact semantics: the answer has no order)",
 }
-CPU_VARIANTS = ["cpu"]
+CPU_VARIANTS = REGISTRY.names("cpu")
 SMALL = dict(N=1024)            # size=small (CPU backend): RadiX-Net shrinks to N=1024
 
 
@@ -81,7 +81,7 @@ class SparseDnnModel(Model):
     # ------------------------------------------------------------------ prepare
     def prepare(self) -> None:
         cfg, m, d = self.cfg, self.cfg.model, self.cfg.dataset
-        names = check_variants(cfg, GPU_VARIANTS + CPU_VARIANTS)
+        names = REGISTRY.check(cfg)
         if self.ctx.cuda:
             self.ours = [n for n in names if n in GPU_VARIANTS]
             if len(self.ours) < len(names):

@@ -23,6 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pipeline.config import PROJECT_ROOT, register_all, schema_class, unknown_key_message
 from pipeline.errors import PipelineError
+from pipeline.isolated_jobs import quiet_schema_warning
 from pipeline.tracking import SweepAbort
 
 register_all()
@@ -109,6 +110,7 @@ def main() -> None:
     # SIGTERM (timeout, a batch system, kill) ends the run like Ctrl-C: MLflow marks it KILLED
     signal.signal(signal.SIGTERM, _terminated)
     _resolve_printed_config(sys.argv)
+    quiet_schema_warning()
     full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"   # let exceptions reach us; we print them
     try:
@@ -151,4 +153,4 @@ def main() -> None:
 
 
 # what the parallel launchers raise when a job's process died (SIGKILL, out of memory, a lost node)
-LAUNCHER_JOB_DIED = ("TerminatedWorkerError", "UncompletedJobError", "FailedJobError")
+LAUNCHER_JOB_DIED = ("TerminatedWorkerError", "UncompletedJobError", "FailedJobError", "JobDiedError")

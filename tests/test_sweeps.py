@@ -297,3 +297,55 @@ def test_a_killed_job_is_marked_and_the_others_finish(tmp_path):
     statuses = sorted(k.info.status for k in kids)
     assert "RUNNING" not in statuses and statuses.count("FINISHED") == 2, statuses
     assert parent.info.status == "FAILED"
+
+
+def _joblib_job_processes():
+    """Processes that run a job of the joblib launcher: children of a loky worker (a fork of it)."""
+    def cmd(pid):
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            return ""
+
+    def ppid(pid):
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return 0
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    return [p for p in pids if "loky" in cmd(p) and "loky" in cmd(ppid(p))]
+
+
+@pytest.mark.slow
+def test_joblib_a_killed_job_fails_alone(tmp_path):
+    """hydra/launcher=joblib runs each job in a child of its worker: SIGKILL one job mid-run; the
+    other jobs finish (no TerminatedWorkerError), its run ends FAILED, the sweep says so in one line."""
+    store = tmp_path / "store"
+    cmd = [sys.executable, "-m", "pipeline", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3",
+           "model=bcm_cnn", "dataset=digits", "backend=cpu", "progress=false", "epochs=30",
+           f"tracking.dir={store}", "seed=1,2,3", f"hydra.sweep.dir={tmp_path}/multirun"]
+    sweep = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = None
+    t0 = time.time()
+    while victim is None and time.time() - t0 < 300:
+        time.sleep(1)
+        if not (store / "mlflow.db").exists():
+            continue
+        try:
+            running = [r for r in runs_in(store) if r.info.status == "RUNNING" and r.data.tags.get("sweep") != "true"]
+        except Exception:
+            continue
+        jobs = _joblib_job_processes()
+        if len(running) == 3 and jobs:
+            victim = jobs[0]
+    assert victim is not None, "no job started"
+    os.kill(victim, signal.SIGKILL)
+    _, err = sweep.communicate(timeout=900)
+    assert sweep.returncode != 0
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: a job of the sweep died (JobDiedError: job #") and "SIGKILL" in last, last
+    parent, kids = _children_and_parent(runs_in(store))
+    statuses = sorted(k.info.status for k in kids)
+    assert "RUNNING" not in statuses and statuses.count("FINISHED") == 2 and statuses.count("FAILED") == 1, statuses
+    assert parent.info.status == "FAILED"
+    assert "TerminatedWorkerError" not in err

@@ -6,8 +6,9 @@ that holds them ends, however it ends, so a crashed or killed job never leaks it
 
 The GPU is chosen *before* CUDA is initialised in the job's process: the pool sets
 ``CUDA_VISIBLE_DEVICES`` to the claimed GPU(s), and the job then uses device 0 of what it sees.
-A launcher may reuse a worker process for several jobs (joblib's loky does); CUDA reads
-``CUDA_VISIBLE_DEVICES`` once, so a reused worker stays bound to the GPU(s) of its first job and
+The project's joblib launcher runs every job in a fresh child process (:mod:`pipeline.isolated_jobs`),
+so each job may take any free GPU. A launcher that reuses a process for several jobs is handled too:
+CUDA reads ``CUDA_VISIBLE_DEVICES`` once, so a reused process stays bound to the GPU(s) of its first job and
 claims exactly those again (waiting for them if another job holds them).
 
 ``pool.share=true`` lets jobs share GPUs (round robin over the job number, no exclusive lock); the

@@ -172,8 +172,8 @@ def layout_of(dataset: Any) -> Layout:
     return lay
 
 
-def describe(names: Sequence[str]) -> str:
-    """Column names with runs like I1, I2, .., I13 written I1..I13."""
+def describe(names: Sequence[str], limit: int = 240) -> str:
+    """Column names with runs like I1, I2, .., I13 written I1..I13 (cut after ``limit`` characters)."""
     out: List[str] = []
     i = 0
     while i < len(names):
@@ -183,7 +183,8 @@ def describe(names: Sequence[str]) -> str:
             j += 1
         out.append(f"{names[i]}..{names[j]}" if j > i + 1 else ", ".join(names[i:j + 1]))
         i = j + 1
-    return ", ".join(out)
+    text = ", ".join(out)
+    return text if len(text) <= limit else repr(text[:limit]) + "..."
 
 
 def _split_num(name: str) -> Tuple[str, Optional[int]]:
@@ -203,13 +204,13 @@ class Plan:
         pos: Dict[str, int] = {}
         for i, n in enumerate(names):
             if n in pos:
-                raise ValueError(f"dataset.layout.columns: column {n!r} appears twice")
+                raise ValueError(f"dataset.layout.columns: column {n!r} appears twice (names must be unique)")
             pos[n] = i
         known = f"the columns are {describe(names)}"
 
         def where(key: str, n: str) -> int:
             if n not in pos:
-                raise ValueError(f"dataset.layout.{key}: no column {n!r} ({known})")
+                raise ValueError(f"dataset.layout.{key}={n!r} is not allowed: no such column ({known})")
             return pos[n]
 
         self.label = where("label", lay.label)
@@ -220,13 +221,13 @@ class Plan:
         for key, n in explicit:
             i = where(key, n)
             if i in role:
-                raise ValueError(f"dataset.layout.{key}: column {n!r} is also {role[i]}")
+                raise ValueError(f"dataset.layout.{key}={n!r} is not allowed: that column is already {role[i]}")
             role[i] = key
         for d in lay.derived:
             where("derived", d.source)
             if d.name in pos or sum(e.name == d.name for e in lay.derived) > 1:
-                raise ValueError(f"dataset.layout.derived: name {d.name!r} is already a column's or another "
-                                 f"derived feature's")
+                raise ValueError(f"dataset.layout.derived={d.name!r} is not allowed: that name is already a "
+                                 f"column's or another derived feature's")
         rest = [n for i, n in enumerate(names) if i not in role]
         if rest and not star:
             raise ValueError(f"dataset.layout: column(s) {describe(rest)} have no role: list them under categorical, "

@@ -99,7 +99,7 @@ PRESETS: Dict[str, Dict[str, Any]] = {
     "avazu": dict(sep=",", header=True, columns=AVAZU_COLUMNS, label="click", numeric=(), transform="log_squared",
                   categorical=("*",), ignore=("id", "hour"),
                   derived=(Derived("hour_of_day", "hour", "hour_of_day"), Derived("weekday", "hour", "weekday")),
-                  quote='"', source="from Kaggle's Avazu CTR competition, its train.gz gunzipped"),
+                  quote='"', source="from Kaggle's Avazu CTR competition"),
     # a layout written in dataset.layout (these are its defaults)
     "csv": dict(sep=",", header=True, columns=(), label="", numeric=(), transform="log_squared",
                 categorical=("*",), ignore=(), derived=(), quote='"', source=""),

@@ -272,9 +272,8 @@ def log_squared(v: int) -> int:
 
 def _factorize(values: Sequence[str]) -> Tuple[np.ndarray, List[str]]:
     """(code of each value, the distinct values in first-seen order)."""
-    seen: Dict[str, int] = {}
-    codes = np.fromiter((seen.setdefault(v, len(seen)) for v in values), np.int64, len(values))
-    return codes, list(seen)
+    seen = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    return np.fromiter(map(seen.__getitem__, values), np.int64, len(values)), list(seen)
 
 
 class _Chunks:

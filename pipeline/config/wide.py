@@ -1,13 +1,16 @@
 """Schemas and checks for model=wide_lr and model=wide_fm (cuWide) and their datasets."""
-from dataclasses import dataclass
-from typing import ClassVar, Dict
+from dataclasses import dataclass, field
+from typing import ClassVar, Dict, List, Optional
+
+from omegaconf import MISSING
 
 from pipeline.config import DatasetConf, ModelConf, is_pow2, knob, register_variants, require, store, validator
+from pipeline.data.ctr import FORMATS as CLICK_LOGS, layout_of   # criteo, avazu, csv: the click-log reader
 from pipeline.models.wide.variants import FM, HOT_CACHE_SMEM_MAX, LR, hot_cache_bytes
 
 UPDATES = ("chunk", "batch")
 DESIGNS = ("chunk", "warp")
-FORMATS = ("svmlight", "criteo", "synth")
+FORMATS = ("svmlight", "synth") + CLICK_LOGS
 
 
 @dataclass
@@ -45,8 +48,31 @@ class WideConf(ModelConf):
 
 
 @dataclass
+class DerivedConf:
+    name: str = MISSING          # feature name (hashed as name=value)
+    source: str = MISSING        # the column it is computed from
+    kind: str = MISSING          # hour_of_day | weekday
+    time_format: str = "%y%m%d%H"   # strptime format of the source column (Avazu's hour: YYMMDDHH)
+
+
+@dataclass
+class LayoutConf:
+    """Columns of a raw click log (format criteo | avazu | csv); null keeps the format's value."""
+    sep: Optional[str] = None                  # one character, or tab | comma | semicolon | space | pipe
+    header: Optional[bool] = None              # the first line holds the column names
+    columns: Optional[List[str]] = None        # the names ([]: the header's)
+    label: Optional[str] = None                # the 0/1 label column
+    numeric: Optional[List[str]] = None        # integer columns, bucketed by transform
+    transform: Optional[str] = None            # log_squared (Criteo: v > 2 -> floor(ln(v)^2)) | identity
+    categorical: Optional[List[str]] = None    # hashed as name=value; "*": every column no other role names
+    ignore: Optional[List[str]] = None
+    derived: Optional[List[DerivedConf]] = None
+    quote: Optional[str] = None                # '' : no quoting
+
+
+@dataclass
 class WideDatasetConf(DatasetConf):
-    format: str = "svmlight"     # svmlight | criteo | synth
+    format: str = "svmlight"     # svmlight | synth | criteo | avazu | csv
     train: str = ""              # file names inside the dataset folder
     val: str = ""
     features: int = 0            # declared dimension (0: from the data / the shape)
@@ -57,6 +83,7 @@ class WideDatasetConf(DatasetConf):
     alpha: float = 1.1           # synth: power-law exponent of feature frequencies
     val_fraction: float = 0.1    # synth: held-out fraction (paper: 90/10)
     small_rows: int = 0          # real data: rows kept on size=small (0: all)
+    layout: LayoutConf = field(default_factory=LayoutConf)   # criteo | avazu | csv: the columns
 
 
 store("model", "schema_wide", WideConf)
@@ -98,8 +125,11 @@ def _check(cfg) -> None:
     require(m.init_std >= 0, "model.init_std", m.init_std, "a non-negative standard deviation")
     require(m.streams >= 1, "model.streams", m.streams, "a positive integer")
     d = cfg.dataset
-    require(d.get("format", None) in FORMATS, "dataset", d.name,
-            "a wide dataset (a9a, criteo10k, ctr_synth) for model=" + m.name)
+    require("layout" in d, "dataset", d.name, "a wide dataset (a9a, criteo10k, avazu, ctr_synth) for model=" + m.name)
+    require(d.format in FORMATS, "dataset.format", d.format, f"one of {', '.join(FORMATS)} (dataset '{d.name}')")
+    if d.format in CLICK_LOGS:
+        layout_of(d)
+        require(0 < d.val_fraction < 1, "dataset.val_fraction", d.val_fraction, "a fraction in (0, 1)")
     if d.format == "synth":
         from pipeline.data.ctr_synth import SHAPES
         require(d.shape in SHAPES, "dataset.shape", d.shape, ", ".join(SHAPES))

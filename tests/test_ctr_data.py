@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import inspect
 import random
 import re
 from pathlib import Path
@@ -304,12 +303,6 @@ def test_avazu_source_files_split_and_cache(compose, tmp_path, monkeypatch):
     assert len(list((tmp_path / "cache").glob("ctr-avazu-*.npz"))) == 2
 
 
-def _wired() -> bool:
-    from pipeline.models.wide import prep
-    return "ctr.source" in inspect.getsource(prep.source)
-
-
-@pytest.mark.skipif(not _wired(), reason="pipeline/models/wide/prep.py does not call pipeline.data.ctr.source yet")
 def test_cli_wide_lr_avazu(cli, tmp_path):
     rows = [avazu_row(i, int(random.Random(i).random() < (0.4 if i % 3 == 0 else 0.1)), f"1410{21 + i // 300}{i % 24:02d}",
                       site=("1fbe01fe", "85f751fd", "d6137915")[i % 3]) for i in range(1500)]

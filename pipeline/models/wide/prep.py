@@ -90,6 +90,10 @@ def source(cfg, size: str):
             return X[:-nva], y[:-nva], X[-nva:], y[-nva:]
         return ident, load
 
+    from pipeline.data import ctr
+    if d.format in ctr.FORMATS:            # raw click logs (criteo, avazu, csv): the hashing reader
+        return ctr.source(cfg, size)
+
     from pipeline.data.paths import find
     folder = find(cfg, str(d.path or d.name))
     ftr, fva = folder / str(d.train), folder / str(d.val)
@@ -101,14 +105,9 @@ def source(cfg, size: str):
              "small_rows": small}
 
     def load():
-        if d.format == "svmlight":
-            from pipeline.data import svmlight
-            Xtr, ytr = svmlight.load(ftr, int(d.features) or None)
-            Xva, yva = svmlight.load(fva, Xtr.shape[1])
-        else:
-            from pipeline.data import criteo
-            Xtr, ytr = criteo.load(ftr, int(d.features) or criteo.N_FEATURES)
-            Xva, yva = criteo.load(fva, int(d.features) or criteo.N_FEATURES)
+        from pipeline.data import svmlight
+        Xtr, ytr = svmlight.load(ftr, int(d.features) or None)
+        Xva, yva = svmlight.load(fva, Xtr.shape[1])
         if small:
             Xtr, ytr = Xtr[:small], ytr[:small]
         return Xtr, ytr, Xva, yva

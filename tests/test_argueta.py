@@ -146,7 +146,7 @@ def test_configs_compose_and_validate(compose):
     assert c.model.name == "fewhot" and c.kernel.name == "fewhot" and c.model.tolerance == 1e-5
     c = compose(["model=softmax_topn"])
     validate(c)
-    assert c.kernel.name == "topn_radix" and c.model.block_size == 256
+    assert c.kernel.name == "topn_bucket" and c.model.block_size == 256 and c.model.vec == 0
     c = compose(["experiment=argueta_table1"])
     validate(c)
     assert list(c.model.n_hot) == [1, 2, 3, 4, 5, 10, 50, 100] and c.model.width == 512
@@ -157,10 +157,49 @@ def test_configs_compose_and_validate(compose):
     assert c.model.paper["V100"]["online_topk_fixed"]["1"][0] == 3.56
 
 
+def test_default_commands_time_paper_and_best(compose):
+    """model=softmax_topn / model=fewhot with no kernel= time the paper's variant and the project's
+    fastest side by side; kernel=<name> or model.variants=[...] times what was asked."""
+    from pipeline.config import validate
+    from pipeline.models.argueta.model import requested
+    from pipeline.models.argueta.variants import FEWHOT, TOPN
+    for overrides, reg, want in [
+        (["model=softmax_topn"], TOPN, ["topn_atomic", "topn_bucket"]),
+        (["model=softmax_topn", "kernel=topn_early_exit"], TOPN, ["topn_early_exit"]),
+        (["model=softmax_topn", "model.variants=[topn_radix]"], TOPN, ["topn_radix"]),
+        (["experiment=argueta_table2"], TOPN, ["topn_atomic", "topn_early_exit", "topn_split", "topn_radix",
+                                               "topn_bucket"]),
+        (["model=fewhot"], FEWHOT, ["fewhot", "fewhot_vec"]),
+        (["model=fewhot", "kernel=fewhot_vec"], FEWHOT, ["fewhot_vec"]),
+    ]:
+        c = compose(overrides)
+        validate(c)
+        assert requested(c, reg) == want, overrides
+    c = compose(["model=softmax_topn"])
+    assert list(c.model.baselines) == ["softmax_topk", "torch_topk", "online_topk"]
+
+
+def test_bucket_shape_holds_the_row():
+    from pipeline.models.argueta.gpu import BUCKET_MAX_K, bucket_shape
+    for L, K, N in [(1, 10240, 10), (1024, 10240, 100), (1024, 10240, 400), (7, 1000, 1), (200, 32768, 1024),
+                    (1, 5, 5), (500, 10237, 50)]:
+        V, T = bucket_shape(L, K, N, 132)
+        assert T % 32 == 0 and T <= 1024 and 4 * V * T >= K, (L, K, N)
+    assert bucket_shape(1024, 10240, 100, 132) == (8, 320)        # many rows: fewest threads a row
+    assert bucket_shape(1, 10240, 100, 132) == (4, 640)           # one row: most threads on it
+    assert bucket_shape(1024, 10240, 400, 132) == (4, 640)        # N > threads / 2: more threads
+    assert bucket_shape(1, BUCKET_MAX_K + 1, 10, 132) is None
+    assert bucket_shape(1, 10240, 1025, 132) is None
+    with pytest.raises(ValueError):
+        bucket_shape(1, 10240, 10, 132, vec=1)                   # 2560 threads: more than a block
+
+
 @pytest.mark.parametrize("overrides,culprit", [
     (["model=softmax_topn", "model.top_n=[2000]", "model.vocab=1000"], "model.top_n"),
     (["model=softmax_topn", "model.block_size=100"], "model.block_size"),
     (["model=softmax_topn", "kernel=fused"], "kernel"),
+    (["model=softmax_topn", "model.vec=3"], "model.vec"),
+    (["model=softmax_topn", "+kernel.params.variants=[topn_atomic,fused]"], "kernel.params.variants"),
     (["model=fewhot", "model.n_hot=[0]"], "model.n_hot"),
     (["model=fewhot", "model.baselines=[torch_topk]"], "model.baselines"),
 ])

@@ -10,7 +10,7 @@ from pipeline.models.argueta import reference as ref
 
 pytestmark = pytest.mark.gpu
 
-TOPN_METHODS = ["atomic", "early_exit", "split", "radix", "online", "online_fixed", "auto"]
+TOPN_METHODS = ["atomic", "early_exit", "split", "radix", "bucket", "online", "online_fixed", "auto"]
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +54,13 @@ def test_fewhot_lookup_variable_nnz_and_empty_rows(dev, variant):
     np.testing.assert_allclose(got, ref.fewhot_reference(A, B), rtol=1e-5, atol=1e-5)
 
 
-def _run_topn(x, n, method, split=0):
+def _run_topn(x, n, method, split=0, vec=0):
     import cupy as cp
     from pipeline.models.argueta import softmax_topn
     L = x.shape[0]
     P = cp.full((L, n), cp.nan, cp.float32)
     I = cp.full((L, n), -1, cp.int32)
-    softmax_topn(cp.asarray(x), n, method=method, out=(P, I), split=split)
+    softmax_topn(cp.asarray(x), n, method=method, out=(P, I), split=split, vec=vec)
     cp.cuda.Device().synchronize()
     return {"probs": P, "idx": I}
 
@@ -74,6 +74,40 @@ def test_softmax_topn_exact(dev, method, L, K, n):
     e = ref.topn_reference(x, n)
     errs = ref.check_topn(_run_topn(x, n, method), e, exact=True)
     assert errs["index"] == 0 and errs["prob"] <= 1e-5, errs
+
+
+@pytest.mark.parametrize("vec", [0, 1, 2, 4, 8])
+@pytest.mark.parametrize("L,K", [(1, 10240), (3, 10237), (140, 5000), (2, 4099), (4, 333), (2, 32768)])
+def test_softmax_topn_bucket_fresh_inputs(dev, vec, L, K):
+    """topn_bucket with every register layout that holds the row, on fresh random logits (ties,
+    -inf, K not a multiple of 4 or of the block), N at the edges (1, 100, 400, up to 1024), and rows
+    that take the exact fallback: constant rows, integer-valued rows (ties across the threshold),
+    rows with fewer threads than N."""
+    from pipeline.gpu import device
+    from pipeline.models.argueta.gpu import bucket_shape
+    seed = int(np.random.SeedSequence().entropy % (1 << 32))
+    rng = np.random.default_rng(seed)
+    sms = device.info().sm_count
+    for n in sorted({1, 7, 100, 400, 1024, K} & set(range(1, min(K, 1024) + 1))):
+        try:
+            shape = bucket_shape(L, K, n, sms, vec)
+        except ValueError:
+            continue                                            # this layout cannot hold K
+        assert shape is not None
+        x = ref.make_logits(L, K, rng)
+        if L >= 3:
+            x[1, :] = -0.75                                    # constant row: the exact fallback
+            x[2, :] = np.round(x[2, :])                        # many ties at the threshold value
+        e = ref.topn_reference(x, n)
+        errs = ref.check_topn(_run_topn(x, n, "bucket", vec=vec), e, exact=True)
+        assert errs["index"] == 0 and errs["prob"] <= 1e-5, (seed, n, shape, errs)
+
+
+def test_softmax_topn_bucket_fallbacks_to_split_for_long_rows(dev):
+    from pipeline.models.argueta.gpu import TopnPlan
+    assert TopnPlan(1, 40000, 10, "bucket").method in ("radix", "split")
+    assert TopnPlan(1, 10240, 10, "bucket").method == "bucket"
+    assert TopnPlan(1024, 10240, 100, "auto").method == "bucket"
 
 
 def test_fewhot_baselines_match_float64(dev):
@@ -137,7 +171,21 @@ def test_cli_models_on_gpu(cli):
     assert "FAIL" not in r.stdout and "fewhot_vec" in r.stdout
     assert "graph capture failed" not in r.stderr and "direct SpMM refused" not in r.stderr, r.stderr
     r = cli("model=softmax_topn", "backend=cuda", "model.rows=[1,64]", "model.top_n=[10,100]", "model.vocab=5000",
-            "model.variants=[topn_atomic,topn_early_exit,topn_split,topn_radix]", "bench.min_time_ms=5",
+            "model.variants=[topn_atomic,topn_early_exit,topn_split,topn_radix,topn_bucket]", "bench.min_time_ms=5",
             "tracking=off", check=True)
-    assert "FAIL" not in r.stdout and "topn_radix" in r.stdout
+    assert "FAIL" not in r.stdout and "topn_radix" in r.stdout and "topn_bucket" in r.stdout
     assert "graph capture failed" not in r.stderr, r.stderr
+
+
+def test_cli_default_commands_time_paper_and_best(cli):
+    """The headline commands: the paper's variant and the project's fastest side by side, with the baselines."""
+    r = cli("model=softmax_topn", "backend=cuda", "model.rows=[64]", "model.vocab=3000", "bench.min_time_ms=5",
+            "tracking=off", check=True)
+    assert "FAIL" not in r.stdout
+    for name in ("topn_atomic", "topn_bucket", "torch_topk"):
+        assert name in r.stdout, (name, r.stdout)
+    r = cli("model=fewhot", "backend=cuda", "model.rows=20", "model.vocab=500", "model.width=64",
+            "bench.min_time_ms=5", "tracking=off", check=True)
+    assert "FAIL" not in r.stdout
+    for name in ("fewhot", "fewhot_vec", "cusparse"):
+        assert name in r.stdout, (name, r.stdout)

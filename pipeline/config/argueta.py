@@ -31,6 +31,7 @@ class TopnConf(ModelConf):
     top_n: List[int] = field(default_factory=lambda: [10])  # N: beam width (one case each)
     block_size: int = 256            # threads per block of topn_atomic / topn_early_exit (paper: 256)
     split: int = 0                   # blocks per row for topn_split (0: enough to fill the GPU)
+    vec: int = 0                     # float4 loads per thread of topn_bucket: 1, 2, 4 or 8 (0: chosen from L, K, N)
     paper: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -40,9 +41,17 @@ register_variants("fewhot", FEWHOT)
 register_variants("softmax_topn", TOPN)
 
 
+def _check_listed(cfg, registry) -> None:
+    """kernel.params.variants (the default kernel entry's side-by-side list) names this model's variants."""
+    for v in (cfg.kernel.get("params") or {}).get("variants") or []:
+        require(str(v) in registry, "kernel.params.variants", str(v),
+                f"one of {', '.join(registry.names())} for model={registry.model}")
+
+
 @validator("fewhot")
 def _check_fewhot(cfg) -> None:
     m = cfg.model
+    _check_listed(cfg, FEWHOT)
     for key in ("rows", "vocab", "width"):
         require(int(m[key]) > 0, f"model.{key}", m[key], "a positive integer")
     require(len(m.n_hot) > 0, "model.n_hot", list(m.n_hot), "a non-empty list of non-zeros per row")
@@ -53,6 +62,7 @@ def _check_fewhot(cfg) -> None:
 @validator("softmax_topn")
 def _check_topn(cfg) -> None:
     m = cfg.model
+    _check_listed(cfg, TOPN)
     require(int(m.vocab) > 0, "model.vocab", m.vocab, "a positive integer")
     require(len(m.rows) > 0 and all(int(r) > 0 for r in m.rows), "model.rows", list(m.rows),
             "a non-empty list of positive row counts")
@@ -63,3 +73,5 @@ def _check_topn(cfg) -> None:
     require(is_pow2(int(m.block_size)) and 32 <= int(m.block_size) <= 1024, "model.block_size",
             m.block_size, "a power of two between 32 and 1024 (a whole number of warps)")
     require(int(m.split) >= 0, "model.split", m.split, "0 (automatic) or a positive number of blocks per row")
+    require(int(m.vec) in (0, 1, 2, 4, 8), "model.vec", m.vec,
+            "0 (automatic) or 1, 2, 4, 8 float4 loads per thread of topn_bucket")

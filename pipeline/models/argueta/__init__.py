@@ -29,6 +29,6 @@ def fewhot_lookup(A_csr_device, B_device, out=None, variant: str = "paper", stre
     return f(A_csr_device, B_device, out=out, variant=variant, stream=stream)
 
 
-def softmax_topn(logits_device, n: int, method: str = "auto", out=None, split: int = 0, stream=None):
+def softmax_topn(logits_device, n: int, method: str = "auto", out=None, split: int = 0, stream=None, vec: int = 0):
     from pipeline.models.argueta.gpu import softmax_topn as f
-    return f(logits_device, n, method=method, out=out, split=split, stream=stream)
+    return f(logits_device, n, method=method, out=out, split=split, stream=stream, vec=vec)

@@ -14,6 +14,9 @@ from pipeline.gpu import kernels
 MODEL_DIR = "argueta"
 _SMEM_RESERVE = 2048            # static shared memory of the top-N kernels, rounded up
 ONLINE_FIXED_K = 400            # online_topk_fixed: one build for every N, as the paper's flat baseline times suggest
+BUCKET_VECS = (1, 2, 4, 8)      # float4 loads per thread of the topn_bucket kernels (cuda/argueta/topn_bucket.cu)
+BUCKET_CAP = 1024               # candidates topn_bucket holds in shared memory (= its largest N)
+BUCKET_MAX_K = 4 * max(BUCKET_VECS) * 1024    # the longest row one block holds in registers
 
 
 def _cp():
@@ -194,10 +197,37 @@ def fewhot_variants() -> Dict[str, Variant]:
 # ============================================================================ softmax + top-N
 
 
+def bucket_shape(L: int, K: int, N: int, sms: int, vec: int = 0) -> Optional[Tuple[int, int]]:
+    """(float4 loads per thread V, threads per block) of ``topn_bucket`` for L rows of K logits,
+    or None when a row does not fit the registers of one block (K > BUCKET_MAX_K) or N > BUCKET_CAP.
+    ``vec`` > 0 forces V. Otherwise: with at least one row per SM, the largest V (fewest threads per
+    row, so more rows in flight per SM), with fewer rows the smallest V (most threads on the one
+    row); in both cases only shapes with at least 2 N threads (the bound on the N-th key comes from
+    one key per thread) unless none has that many, then the most threads."""
+    if N > BUCKET_CAP:
+        return None
+    shapes = [(v, 32 * math.ceil(K / (128 * v))) for v in BUCKET_VECS]
+    shapes = [(v, t) for v, t in shapes if t <= 1024]
+    if not shapes:
+        return None
+    if vec:
+        for v, t in shapes:
+            if v == vec:
+                return v, t
+        raise ValueError(f"topn_bucket: {vec} float4 per thread cannot hold K={K} in one block of at most "
+                         f"1024 threads; use one of {[v for v, _ in shapes]} (or 0: automatic)")
+    order = sorted(shapes, reverse=L >= sms)
+    for v, t in order:
+        if t >= 2 * N:
+            return v, t
+    return max(shapes, key=lambda s: s[1])
+
+
 class TopnPlan:
     """Every launch choice of one (L, K, N, method), fixed up front; ``run(X, P, I)`` only launches."""
 
-    def __init__(self, L: int, K: int, N: int, method: str = "auto", split: int = 0, block: int = 256):
+    def __init__(self, L: int, K: int, N: int, method: str = "auto", split: int = 0, block: int = 256,
+                 vec: int = 0):
         cp = _cp()
         if not 0 < N <= K:
             raise ValueError(f"top-N: n={N} must be between 1 and K={K}")
@@ -207,17 +237,32 @@ class TopnPlan:
         info, cap = _dev(), _smem_cap()
         sms = int(info.sm_count)
         fits = 4 * K + 8 * self.NP <= cap
+        bucket = bucket_shape(L, K, N, sms, vec)
         if method == "auto":
-            if N <= 16 and L >= sms:
+            if bucket is not None:
+                method = "bucket"
+            elif N <= 16 and L >= sms:
                 method = "early_exit"          # few atomics per element at small N (measured faster)
             else:
                 method = "radix" if fits and L >= sms // 2 else "split"
+        if method == "bucket" and bucket is None:
+            method = "radix" if fits and L >= sms // 2 else "split"
         if method == "radix" and not fits:
             method = "split"
         self.method = method
-        mod = kernels.load(MODEL_DIR, "topn.cu")
+        mod = kernels.load(MODEL_DIR, "topn.cu") if method != "bucket" else None
         i32 = np.int32
-        if method in ("atomic", "early_exit"):
+        if method == "bucket":
+            V, threads = bucket
+            self.vec, self.threads = V, threads
+            kb = kernels.load(MODEL_DIR, "topn_bucket.cu").kernel(f"topn_bucket_v{V}", "PiiiPP")
+            kernels.require_block(kb, threads, "model.vec", vec, "a larger model.vec (or 0: automatic)")
+
+            def bucket_launch(X, P, I, s):
+                aligned = K % 4 == 0 and kernels.ptr(X) % 16 == 0
+                kb((L,), (threads,), X, i32(K), i32(N), i32(1 if aligned else 0), P, I, stream=s)
+            self._launches = [bucket_launch]
+        elif method in ("atomic", "early_exit"):
             k = mod.kernel("topn_atomic", "PiiiPP")
             early = i32(1 if method == "early_exit" else 0)
             self._launches = [lambda X, P, I, s: k((L,), (block,), X, i32(K), i32(N), early, P, I,
@@ -266,8 +311,8 @@ class TopnPlan:
             smem = (threads // 2) * topk * 8
             self._launches = [lambda X, P, I, s: k((L,), (threads,), X, i32(K), i32(N), P, I, shared=smem, stream=s)]
         else:
-            raise ValueError(f"top-N method {method!r}: expected auto, radix, split, atomic, early_exit, online "
-                             f"or online_fixed")
+            raise ValueError(f"top-N method {method!r}: expected auto, bucket, radix, split, atomic, early_exit, "
+                             f"online or online_fixed")
 
     def run(self, X, P, I, stream=None) -> None:
         if self.L == 0:
@@ -277,19 +322,21 @@ class TopnPlan:
 
 
 def softmax_topn(logits, n: int, method: str = "auto", out: Optional[Tuple] = None, split: int = 0,
-                 block: int = 256, stream=None):
+                 block: int = 256, stream=None, vec: int = 0):
     """Fused softmax + top-n of each row of an L x K float32 CuPy array: returns ``(probs, idx)``,
     L x n float32 probabilities (descending) and int32 column indices. Ties: smaller index first;
     NaN ranks above +inf and makes the row's probabilities NaN (see ``reference.py``). ``method``:
-    "auto" (radix select with the row in shared memory when the row fits and there are enough rows,
-    else several blocks per row and a merge), "radix", "split", "atomic" (the paper's), "early_exit",
-    "online" (the Milakov baseline)."""
+    "auto" (``bucket`` when a row fits one block's registers, K <= 32768, else radix select with the
+    row in shared memory when it fits and there are enough rows, else several blocks per row and a
+    merge), "bucket" (one pass over the row in registers, a bound from the thread maxima, the few
+    candidates ranked), "radix", "split", "atomic" (the paper's), "early_exit", "online" (the
+    Milakov baseline). ``vec``: float4 loads per thread of "bucket" (1, 2, 4, 8; 0: automatic)."""
     cp = _cp()
     X = cp.ascontiguousarray(logits, dtype=cp.float32)
     if X.ndim != 2:
         raise ValueError(f"softmax_topn: logits must be L x K, got shape {X.shape}")
     L, K = (int(s) for s in X.shape)
-    plan = TopnPlan(L, K, int(n), method, split, block)
+    plan = TopnPlan(L, K, int(n), method, split, block, vec)
     P, I = out if out is not None else (cp.empty((L, n), cp.float32), cp.empty((L, n), cp.int32))
     plan.run(X, P, I, stream)
     return P, I
@@ -300,7 +347,8 @@ def _topn_ours(method: str):
         cp = _cp()
         L, K, N = (case.params[k] for k in ("L", "K", "N"))
         X = cp.asarray(case.inputs["x"])
-        plan = TopnPlan(L, K, N, method, int(case.params.get("split", 0)), int(case.params.get("block", 256)))
+        plan = TopnPlan(L, K, N, method, int(case.params.get("split", 0)), int(case.params.get("block", 256)),
+                        int(case.params.get("vec", 0)))
         P = cp.full((L, N), cp.nan, cp.float32)
         I = cp.full((L, N), -1, cp.int32)
 
@@ -370,6 +418,9 @@ def topn_variants(check_exact, check_ties) -> Dict[str, Variant]:
                               note="several blocks per row (radix select) + merge", graph=True),
         "topn_radix": Variant("topn_radix", "ours", _topn_ours("radix"), topn_cost, check=check_exact,
                               note="row in shared memory, radix select + bitonic sort of N", graph=True),
+        "topn_bucket": Variant("topn_bucket", "ours", _topn_ours("bucket"), topn_cost, check=check_exact,
+                               note="row in registers, one pass: normaliser + bound from thread maxima, "
+                                    "rank the few candidates", graph=True),
         "online_topk": Variant("online_topk", "baseline", _topn_ours("online"), topn_cost, check=check_exact,
                                note="Milakov & Gimelshein online softmax + per-thread top-k (k = N), ours",
                                graph=True),

@@ -60,6 +60,15 @@ def _choose(model: Model, names: List[str], gpu_ours, gpu_base, cpu_ours, cpu_ba
     return ours, base, cpu_table
 
 
+def requested(cfg, registry) -> List[str]:
+    """The variants a run times: model.variants; else the kernel entry's ``params.variants`` (the
+    default entry lists the paper's variant and the project's fastest, side by side); else
+    [kernel.name]. The names are checked by the config validator (``pipeline/config/argueta.py``)."""
+    names = registry.check(cfg)
+    listed = [str(v) for v in (cfg.kernel.get("params") or {}).get("variants") or []]
+    return names if cfg.model.variants or not listed else list(dict.fromkeys(listed))
+
+
 def _paper(cfg):
     """(the paper's N values, {gpu: {variant: times}}) from model.paper."""
     paper = cfg.model.paper or {}
@@ -121,7 +130,7 @@ class FewhotModel(Model):
 
     def prepare(self) -> None:
         m = self.cfg.model
-        names = FEWHOT.check(self.cfg)
+        names = requested(self.cfg, FEWHOT)
         self.ours, self.baselines, table = _choose(self, names, FEWHOT_GPU, FEWHOT_GPU_BASE, FEWHOT.names("cpu", "ours"),
                                                    FEWHOT.names("cpu", "baseline"), fewhot_cpu_variants(), "fewhot")
         self.variants = [table[n] for n in self.ours + self.baselines]
@@ -183,9 +192,9 @@ class TopnModel(Model):
 
     def prepare(self) -> None:
         m = self.cfg.model
-        names = TOPN.check(self.cfg)
+        names = requested(self.cfg, TOPN)
         self.ours, self.baselines, table = _choose(self, names, TOPN_GPU, TOPN_GPU_BASE, TOPN.names("cpu", "ours"),
-                                                   TOPN.names("cpu", "baseline"), topn_cpu_variants(), "topn_radix")
+                                                   TOPN.names("cpu", "baseline"), topn_cpu_variants(), "topn_bucket")
         self.variants = [table[n] for n in self.ours + self.baselines]
         full = self.ctx.size == "full"
         K = int(m.vocab) if full else TOPN_SMALL["vocab"]
@@ -198,7 +207,7 @@ class TopnModel(Model):
                 n = min(int(N), K)
                 x = ref.make_logits(L, K, rng)
                 self.cases.append(Case(name=f"L={L} N={n}", params=dict(L=L, K=K, N=n, split=int(m.split),
-                                                                        block=int(m.block_size)),
+                                                                        block=int(m.block_size), vec=int(m.vec)),
                                        inputs=dict(x=x), reference=lambda x=x, n=n: ref.topn_reference(x, n)))
 
     def execute(self) -> None:

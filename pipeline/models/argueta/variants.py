@@ -18,6 +18,9 @@ TOPN = Registry("softmax_topn", [
     VariantInfo("topn_early_exit", OURS, "cuda", "the paper's kernel with an early exit"),
     VariantInfo("topn_split", OURS, "cuda", "several blocks per row (radix select per chunk) + a merge kernel"),
     VariantInfo("topn_radix", OURS, "cuda", "the row in shared memory, MSB-first radix select, bitonic sort of N"),
+    VariantInfo("topn_bucket", OURS, "cuda", "the row read once into registers: softmax normaliser in the same pass, "
+                "a bound on the N-th key from the thread maxima (two 8-bit histogram passes), only the few "
+                "candidates above it ranked"),
     VariantInfo("softmax_topk", BASELINE, "cuda", "CuPy softmax + sort"),
     VariantInfo("torch_topk", BASELINE, "cuda", "PyTorch softmax + topk", needs=("torch",)),
     VariantInfo("online_topk", BASELINE, "cuda", "online-normalizer softmax + register top-k built for k = N"),

@@ -70,6 +70,7 @@ def test_conv_variant_matches_reference(table, variant, k, gpu_ctx):
 @pytest.mark.parametrize("variant", RFFT)
 @pytest.mark.parametrize("k,shape", [
     (8, dict(n=2, h=6, w=9, c=24, cout=40)),                          # odd channel blocks (3 in, 5 out)
+    (8, dict(n=2, h=5, w=5, c=136, cout=72)),                         # weight gradient: 385 2x2 micro-tiles
     (16, dict(n=3, h=7, w=7, c=32, cout=48, stride=2)),              # strided: taps between strides skip
     (32, dict(n=2, h=5, w=4, c=64, cout=96, kh=1, kw=3, pad=0)),     # a 1 x 3 window without padding
     (64, dict(n=4, h=14, w=14, c=256, cout=128)),                    # layer B's window and channels, smaller

@@ -63,7 +63,7 @@ def _rk(name: str):
         sig = "PPiPii" * 3
     elif name.startswith("bcm_conv_prod_v"):
         sig = "PPP" + "iiiii" + "qq" + "iii" + "i" * 9
-    elif name == "bcm_conv_wgrad":
+    elif name.startswith("bcm_conv_wgrad_"):
         sig = "PPP" + "iiii" + "qq" + "iiii" + "i" * 9
     else:
         raise KeyError(name)
@@ -389,17 +389,18 @@ class BcmConv:
         s, p, q, kf = self.s, self.p, self.q, self.kf
         U = s.rows
         p2, q2 = p + (p & 1), q + (q & 1)
-        nmt = (p2 // 2) * (q2 // 2)
-        if nmt >= WGRAD_THREADS:
-            mtb, ng, tiles = WGRAD_THREADS, 1, _cdiv(nmt, WGRAD_THREADS)
-        else:
-            mtb, ng, tiles = nmt, WGRAD_THREADS // nmt, 1
-        tr = next((t for t in (32, 16, 8, 4, 2) if t * (p2 + q2) * 8 <= 48 * 1024), 1)
-        chunks = max(1, min(_cdiv(U, tr), _cdiv(4 * self.lin.sms, kf * tiles)))
+        nmt = (p2 // 2) * (q2 // 2)                 # 2 x 2 micro-tiles of the (p, q) output
+        if nmt >= WGRAD_THREADS:                    # up to 5 micro-tiles a thread, then more tiles
+            mtt = 5 if nmt > WGRAD_THREADS else 1
+            mtb, ng, tiles = WGRAD_THREADS, 1, _cdiv(nmt, WGRAD_THREADS * mtt)
+        else:                                       # fewer: thread groups split the pixels
+            mtt, mtb, ng, tiles = 1, nmt, WGRAD_THREADS // nmt, 1
+        tr = next((t for t in (64, 32, 16, 8, 4, 2) if t * (p2 + q2) * 8 <= 48 * 1024), 1)
+        chunks = max(1, min(_cdiv(U, tr), _cdiv(8 * self.lin.sms, kf * tiles)))
         chunk = _cdiv(_cdiv(U, chunks), tr) * tr
         shared = max(tr * (p2 + q2), (ng - 1) * mtb * 4) * 8
         i32 = np.int32
-        _rk("bcm_conv_wgrad")((_cdiv(U, chunk), kf, tiles), (WGRAD_THREADS,), G, X, E, i32(p), i32(q), i32(self.cq),
+        _rk(f"bcm_conv_wgrad_{mtt}")((_cdiv(U, chunk), kf, tiles), (WGRAD_THREADS,), G, X, E, i32(p), i32(q), i32(self.cq),
                               i32(U), np.int64(U * p), np.int64(s.n * s.h * s.w * self.cq), i32(chunk), i32(tr),
                               i32(mtb), i32(ng), *self.geo, shared=shared)
         return E

@@ -195,8 +195,13 @@ __device__ __forceinline__ void bcm_irfft_body(const float2* __restrict__ R0, fl
         for (int it = 0; it < K / 4; ++it) {
             const int e = 4 * (threadIdx.x + it * RFFT_ROWS), rr = e / K, t = e % K;
             const float* yy = ys + rr * LD;
-            float4 v = rev ? make_float4(yy[(K - t) & (K - 1)], yy[K - t - 1], yy[K - t - 2], yy[K - t - 3])
-                           : *reinterpret_cast<const float4*>(yy + t);
+            float4 v;                                  // (rows start at even, not 16-byte, offsets)
+            if (rev) {
+                v = make_float4(yy[(K - t) & (K - 1)], yy[K - t - 1], yy[K - t - 2], yy[K - t - 3]);
+            } else {
+                const float2 lo = *reinterpret_cast<const float2*>(yy + t), hi = *reinterpret_cast<const float2*>(yy + t + 2);
+                v = make_float4(lo.x, lo.y, hi.x, hi.y);
+            }
             if (bias) {
                 const float4 b = *reinterpret_cast<const float4*>(bias + (size_t)((r0 + rr) % bmod) * K + t);
                 v.x += b.x; v.y += b.y; v.z += b.z; v.w += b.w;

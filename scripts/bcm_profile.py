@@ -4,7 +4,7 @@
 Every kernel launch and FFT call of a variant is bracketed by CUDA events, with a long dummy kernel
 queued first so the host's launch latency stays out of the numbers. Usage (on a GPU):
 
-    python3 scripts/bcm_profile.py --layer A --k 64 --variants tiled dft fused
+    python3 scripts/bcm_profile.py --layer A --k 64 --variants dft rfft fused
 """
 import argparse
 import sys
@@ -20,7 +20,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layer", default="A")
     ap.add_argument("--k", type=int, default=64)
-    ap.add_argument("--variants", nargs="+", default=["tiled", "dft", "fused"])
+    ap.add_argument("--variants", nargs="+", default=["dft", "rfft", "fused"])
     ap.add_argument("--reps", type=int, default=20)
     a = ap.parse_args()
     import cupy
@@ -46,12 +46,13 @@ def main():
             return out
         return wrapper
 
-    orig_k, orig_rfft, orig_irfft, orig_cgemm = gpu._k, cupy.fft.rfft, cupy.fft.irfft, blas.cgemm_batched
+    orig_k, orig_rk, orig_rfft, orig_irfft, orig_cgemm = gpu._k, gpu._rk, cupy.fft.rfft, cupy.fft.irfft, blas.cgemm_batched
     for v in a.variants:
         times.clear()
         run = gpu._build_bcm(v)(case, None)
         run()
         gpu._k = lambda name: _Wrap(orig_k(name), name, timed)
+        gpu._rk = lambda name: _Wrap(orig_rk(name), name, timed)
         cupy.fft.rfft = timed("cufft rfft", orig_rfft)
         cupy.fft.irfft = timed("cufft irfft", orig_irfft)
         blas.cgemm_batched = timed("cublas cgemm", orig_cgemm)
@@ -59,7 +60,8 @@ def main():
             for _ in range(a.reps):
                 run()
         finally:
-            gpu._k, cupy.fft.rfft, cupy.fft.irfft, blas.cgemm_batched = orig_k, orig_rfft, orig_irfft, orig_cgemm
+            gpu._k, gpu._rk, cupy.fft.rfft, cupy.fft.irfft, blas.cgemm_batched = (orig_k, orig_rk, orig_rfft, orig_irfft,
+                                                                                 orig_cgemm)
         print(f"\n{a.layer} k={a.k} {v}: per call (median over {a.reps} steps)")
         total = 0.0
         for name, ts in times.items():

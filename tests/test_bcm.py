@@ -123,3 +123,44 @@ def test_experiment_composes(compose):
     cfg = compose(["experiment=bcm_layers"])
     assert list(cfg.model.block_sizes) == [16, 32, 64] and list(cfg.model.layers) == ["A", "B", "C"]
     assert "tiled" in cfg.model.variants
+
+
+@pytest.mark.parametrize("overrides,want", [
+    ([], ["fused", "rfft"]),                                    # the headline: paper's variant + project's best
+    (["kernel=dft"], ["dft"]),                                   # kernel= times that one variant
+    (["kernel=bcm_default"], ["fused", "rfft"]),
+    (["model.variants=[tiled,rfft_tf32]"], ["tiled", "rfft_tf32"]),
+])
+def test_default_times_the_papers_variant_and_the_best(compose, overrides, want):
+    from pipeline.models.bcm.model import asked_variants
+    from pipeline.models.bcm.variants import PAPER
+    cfg = compose(["model=bcm", *overrides])
+    assert asked_variants(cfg) == want
+    assert list(cfg.model.baselines) == ["dense_fp32", "dense_tf32"]
+    if not overrides:
+        assert PAPER in want
+
+
+def test_default_on_cpu_runs_the_numpy_pair(compose, tmp_path):
+    """The default's GPU variants become the CPU backend's cpu_fft against cpu_dense, with a notice."""
+    from pipeline.config import validate
+    from pipeline.context import make_context
+    from pipeline.models.bcm.model import BcmModel
+    cfg = compose(["model=bcm", "backend=cpu", "progress=false", f"cache_dir={tmp_path / 'c'}"])
+    validate(cfg)
+    ctx = make_context(cfg, tmp_path)
+    m = BcmModel(cfg, ctx)
+    m.prepare()
+    assert [v.name for v in m.variants] == ["cpu_fft", "cpu_dense"]
+    assert any("fused" in n and "rfft" in n for n in ctx.notices), ctx.notices
+
+
+def test_bad_name_in_the_default_list_is_refused(compose):
+    from omegaconf import open_dict
+    from pipeline.config import validate
+    from pipeline.errors import ConfigError
+    cfg = compose(["model=bcm"])
+    with open_dict(cfg):
+        cfg.kernel.params.variants = ["fused", "nope"]
+    with pytest.raises(ConfigError, match=r"kernel.params.variants='nope' is not allowed"):
+        validate(cfg)

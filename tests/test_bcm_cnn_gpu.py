@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 # -> dense fc; k = 16
 SPEC = [("conv", 16, False), ("relu",), ("conv", 32, True), ("relu",), ("pool",), ("flatten",),
         ("fc", 40, True), ("relu",), ("fc", 10, False)]
-VARIANTS = ["tiled", "fused", "o1", "o2", "baseline", "cgemm", "dft"]
+VARIANTS = ["tiled", "fused", "o1", "o2", "baseline", "cgemm", "dft", "rfft"]
 
 
 def _pair(variant, bcm=True, k=16):

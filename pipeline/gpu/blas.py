@@ -100,12 +100,35 @@ def sgemm(a, b, out, trans_a: bool = False, trans_b: bool = False, precision: st
     return out
 
 
-def cgemm_batched(a, b, out, trans_a: bool = False, trans_b: bool = False, gauss: bool = False):
+_CUDA_C_32F = 4                      # cudaDataType (library_types.h)
+_COMPUTE_32F_FAST_TF32 = 77          # cublasComputeType_t (cublas_api.h)
+_GEMM_DEFAULT = -1                   # cublasGemmAlgo_t
+
+
+def _cgemm_tf32(h, lib, ta, tb, m, n, k, a, lda, sa, b, ldb, sb, out, ldc, sc, batch) -> None:
+    """cublasGemmStridedBatchedEx over complex64 with TF32 tensor-core compute (column-major args)."""
+    fn = lib.cublasGemmStridedBatchedEx
+    if fn.argtypes is None:
+        vp, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+        fn.argtypes = [vp, i, i, i, i, i, vp, vp, i, i, ll, vp, i, i, ll, vp, vp, i, i, ll, i, i, i]
+    _check(fn(h, ta, tb, m, n, k, _ONE64C.ctypes.data, a, _CUDA_C_32F, lda, sa, b, _CUDA_C_32F, ldb, sb,
+              _ZERO64C.ctypes.data, out, _CUDA_C_32F, ldc, sc, batch, _COMPUTE_32F_FAST_TF32, _GEMM_DEFAULT),
+           "cublasGemmStridedBatchedEx (complex, TF32)")
+
+
+def cgemm_batched(a, b, out, trans_a: bool = False, trans_b: bool = False, gauss: bool = False,
+                  precision: str = "fp32"):
     """out[i] (m, n) complex64 = op(a[i]) @ op(b[i]) for C-contiguous 3-D CuPy arrays (fp32;
-    ``gauss``: cuBLAS's 3M algorithm, three real products per complex one instead of four)."""
+    ``gauss``: cuBLAS's 3M algorithm, three real products per complex one instead of four;
+    ``precision="tf32"``: tensor cores, operands rounded to TF32, fp32 accumulation)."""
     m, n, k = _dims(a, b, trans_a, trans_b)
     batch = a.shape[0]
     h, lib = _handle("fp32")
+    if precision == "tf32":
+        _cgemm_tf32(h, lib, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
+                    b.data.ptr, b.shape[2], b.shape[1] * b.shape[2], a.data.ptr, a.shape[2], a.shape[1] * a.shape[2],
+                    out.data.ptr, n, m * n, batch)
+        return out
     fn = lib.cublasCgemm3mStridedBatched if gauss else lib.cublasCgemmStridedBatched
     _check(fn(h, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
                                          _ONE64C.ctypes.data, b.data.ptr, b.shape[2], b.shape[1] * b.shape[2],

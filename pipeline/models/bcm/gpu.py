@@ -20,9 +20,19 @@ from pipeline.models.bcm.costs import TF32_TOL, bcm_cost, dense_check, dense_cos
 from pipeline.models.bcm.variants import BCM_KERNEL_NAMES
 
 OURS = BCM_KERNEL_NAMES
+DFT_FAMILY = ("dft", "dft3m", "rfft", "rfft_tf32")     # frequency-major spectra around batched CGEMMs
 THREADS = 256
 # bcm.cu's DFT_ROWS (rows a block), DFT_DR x DFT_DF and IDFT_DR (work a thread)
 DFT_ROWS, DFT_DR, DFT_DF, IDFT_DR = 32, 2, 2, 4
+# rfft.cu: the variants built on it, the block sizes its register FFTs are compiled for (others use
+# bcm.cu's DFT kernels), RFFT_ROWS (rows = threads a block), the conv products' block and rows a thread.
+# FC layers take the register FFTs only at k <= 16: one thread a row leaves a layer-A-sized FC layer
+# (2-4 x 10^4 rows) too few warps to hide its row loads at k = 32 and 64, where bcm.cu's DFT kernels
+# (which also split the frequencies over threads) measured faster; conv layers have 10^5 rows.
+RFFT_VARIANTS = ("rfft", "rfft_tf32")
+RFFT_KS = (8, 16, 32, 64)
+RFFT_FC_KS = (8, 16)
+RFFT_ROWS, CONV_THREADS, CONV_RU, WGRAD_THREADS = 64, 128, 2, 256
 
 
 def _mod():
@@ -47,6 +57,21 @@ def _k(name: str):
         "bcm_idft_rows": "PPiPii" * 3 + "ii",
     }[name]
     return _mod().kernel(name, sig)
+
+
+def _rk(name: str):
+    """A kernel of rfft.cu (its register FFTs, the gathered conv products)."""
+    if name.startswith("bcm_rfft_rows_"):
+        sig = "PPii" * 3 + "PqPq"
+    elif name.startswith("bcm_irfft_rows_"):
+        sig = "PPiPii" * 3
+    elif name.startswith("bcm_conv_prod_v"):
+        sig = "PPP" + "iiiii" + "qq" + "iii" + "i" * 9
+    elif name == "bcm_conv_wgrad":
+        sig = "PPP" + "iiii" + "qq" + "iiii" + "i" * 9
+    else:
+        raise KeyError(name)
+    return kernels.load("bcm", "rfft.cu").kernel(name, sig)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -103,6 +128,8 @@ class BcmLinear:
         self.p, self.q, self.k, self.variant = p, q, k, variant
         self.kf = k // 2 + 1
         self.gauss = variant == "dft3m"          # cuBLAS 3M complex GEMMs (3 real products, not 4)
+        self.precision = "tf32" if variant == "rfft_tf32" else "fp32"    # of the CGEMMs
+        self.reg_fft = variant in RFFT_VARIANTS and k in RFFT_FC_KS      # rfft.cu's register FFTs
         self._bufs: Dict[Tuple, object] = {}
         from pipeline.gpu import device
         self.sms = device.info().sm_count
@@ -177,6 +204,8 @@ class BcmLinear:
         """Real DFT of up to three (input (rows, k) float32, output (k', rows) complex64, conj)
         row sets into frequency-major outputs; the same launch zeroes the arrays in ``zero``."""
         k, kf = self.k, self.kf
+        if self.reg_fft:
+            return self._rfft_rows(segs, zero)
         args, rows_max = [], 0
         for i in range(3):
             if i < len(segs):
@@ -197,6 +226,8 @@ class BcmLinear:
         """segs: (R (k', rows) complex64, out (rows, k) float32, bias or None, bias row modulus,
         time-reversed?)."""
         k, kf = self.k, self.kf
+        if self.reg_fft:
+            return self._irfft_rows(segs)
         args, rows_max = [], 0
         for i in range(3):
             if i < len(segs):
@@ -210,13 +241,41 @@ class BcmLinear:
         _k("bcm_idft_rows")((_cdiv(rows_max, DFT_ROWS), len(segs)), (threads,), *args, np.int32(k), np.int32(kf),
                             shared=(DFT_ROWS * (kf + 1) + k) * 8)
 
+    def _rfft_rows(self, segs, zero=()):
+        """rfft.cu's register FFT (one thread a row) with the arguments of :meth:`_dft_rows`."""
+        args, rows_max = [], 0
+        for i in range(3):
+            if i < len(segs):
+                x, out, conj = segs[i]
+                rows = x.size // self.k
+                args += [x, out, np.int32(rows), np.int32(conj)]
+                rows_max = max(rows_max, rows)
+            else:
+                args += [0, 0, np.int32(0), np.int32(0)]
+        for i in range(2):
+            z = zero[i] if i < len(zero) else None
+            args += [z if z is not None else 0, np.int64(z.size if z is not None else 0)]
+        _rk(f"bcm_rfft_rows_{self.k}")((_cdiv(rows_max, RFFT_ROWS), len(segs)), (RFFT_ROWS,), *args)
+
+    def _irfft_rows(self, segs):
+        args, rows_max = [], 0
+        for i in range(3):
+            if i < len(segs):
+                R, out, bias, bmod, rev = segs[i]
+                rows = R.size // self.kf
+                args += [R, out, np.int32(rows), bias if bias is not None else 0, np.int32(bmod), np.int32(rev)]
+                rows_max = max(rows_max, rows)
+            else:
+                args += [0, 0, np.int32(0), 0, np.int32(1), np.int32(0)]
+        _rk(f"bcm_irfft_rows_{self.k}")((_cdiv(rows_max, RFFT_ROWS), len(segs)), (RFFT_ROWS,), *args)
+
     def _forward_dft(self, x, w, bias):
         n, p, q, k, kf = self.n, self.p, self.q, self.k, self.kf
         self.xt = self._buf("xt", (kf, n, q), np.complex64)
         self.wt = self._buf("wt", (kf, p, q), np.complex64)
         self._dft_rows([(x, self.xt, 0), (w, self.wt, 0)])
         at = blas.cgemm_batched(self.xt, self.wt, self._buf("at", (kf, n, p), np.complex64), trans_b=True,
-                                gauss=self.gauss)
+                                gauss=self.gauss, precision=self.precision)
         a = self._buf("a", (n, p * k), np.float32)
         self._idft_rows([(at, a, bias, p, 0)])
         return a
@@ -229,8 +288,9 @@ class BcmLinear:
         R, C = g.shape
         dwt, dxt, _ = graphs.parallel(       # the two products and the bias gradient run concurrently
             lambda: blas.cgemm_batched(gc, self.xt, self._buf("dwt", (kf, p, q), np.complex64), trans_a=True,
-                                       gauss=self.gauss),
-            lambda: blas.cgemm_batched(gc, self.wt, self._buf("dxt", (kf, n, q), np.complex64), gauss=self.gauss),
+                                       gauss=self.gauss, precision=self.precision),
+            lambda: blas.cgemm_batched(gc, self.wt, self._buf("dxt", (kf, n, q), np.complex64), gauss=self.gauss,
+                                       precision=self.precision),
             lambda: _k("bcm_bias_grad")((_cdiv(C, 32), max(1, min(_cdiv(R, 8 * 16), 1024))), (32, 8), g, db,
                                         np.int32(R), np.int32(C)))
         dw = self._buf("dw", (p, q, k), np.float32)
@@ -250,7 +310,7 @@ class BcmLinear:
         n = x.shape[0]
         p, q, k, kf = self.p, self.q, self.k, self.kf
         self.n, self.x, self.w = n, x, w
-        if self.variant in ("dft", "dft3m"):
+        if self.variant in DFT_FAMILY:
             return self._forward_dft(x, w, bias)
         self.xf = cupy.fft.rfft(x.reshape(n, q, k), axis=-1)
         self.wf = cupy.fft.rfft(w, axis=-1)
@@ -273,7 +333,7 @@ class BcmLinear:
         """g = dL/da (n, p*k) -> (dw (p, q, k), dx (n, q*k), db (p*k,))."""
         import cupy
         n, p, q, k, kf = self.n, self.p, self.q, self.k, self.kf
-        if self.variant in ("dft", "dft3m"):
+        if self.variant in DFT_FAMILY:
             return self._backward_dft(g)
         db = self._buf("db", (p * k,), np.float32)
         bias_grad(g, db)
@@ -297,6 +357,87 @@ class BcmLinear:
         dxR = self._product("dx", ps["dx"], gf, self.wf)
         dw = cupy.fft.irfft(dwR, n=k, axis=-1)
         dx = cupy.fft.irfft(dxR, n=k, axis=-1).reshape(n, q * k)
+        return dw, dx, db
+
+
+class BcmConv:
+    """A block-circulant conv layer (NHWC, rfft variants) with no im2col: the spectra of x and g
+    are taken once per pixel, and the products gather the kh x kw window from them inside the
+    kernel (rfft.cu). Needs c and cout to be multiples of k. ``forward(x, w, bias)`` -> a (n, ho,
+    wo, cout); ``backward(g)`` -> dw (p, q, k), dx (n, h, w, c), db (cout,)."""
+
+    def __init__(self, s: ref.ConvShape, k: int, variant: str = "rfft"):
+        if variant not in RFFT_VARIANTS:
+            raise ValueError(f"BcmConv runs the {RFFT_VARIANTS} variants, not {variant!r}")
+        if s.c % k or s.cout % k:
+            raise ValueError(f"BcmConv needs c={s.c} and cout={s.cout} to be multiples of k={k}")
+        self.s, self.k, self.kf = s, k, k // 2 + 1
+        self.cq, self.p = s.c // k, s.cout // k
+        self.q = s.kh * s.kw * self.cq
+        self.lin = BcmLinear(self.p, self.q, k, variant)     # buffers and transforms
+        self.lin.reg_fft = k in RFFT_KS
+        self.poison = self.lin.poison
+        self.geo = [np.int32(v) for v in (s.n, s.h, s.w, s.ho, s.wo, s.kh, s.kw, s.pad, s.stride)]
+
+    def _prod(self, mode: int, P, Q, out, U: int, V: int, J: int, pf: int):
+        s, i32 = self.s, np.int32
+        vb = 4 if V <= 4 else 8
+        taps = s.kh * s.kw
+        qv, qj = (self.q, 1) if mode == 0 else (1, self.q)
+        _rk(f"bcm_conv_prod_v{vb}")((_cdiv(U, CONV_THREADS * CONV_RU), self.kf, _cdiv(V, vb)), (CONV_THREADS,),
+                                    P, Q, out, i32(U), i32(V), i32(J), i32(self.cq), i32(self.q),
+                                    np.int64(pf), np.int64(self.p * self.q), i32(qv), i32(qj), i32(mode), *self.geo,
+                                    shared=taps * J * vb * 8)
+        return out
+
+    def _wgrad(self, G, X, E):
+        s, p, q, kf = self.s, self.p, self.q, self.kf
+        U = s.rows
+        p2, q2 = p + (p & 1), q + (q & 1)
+        nmt = (p2 // 2) * (q2 // 2)                 # 2 x 2 micro-tiles of the (p, q) output
+        if nmt >= WGRAD_THREADS:                    # a micro-tile a thread, tiles of WGRAD_THREADS
+            mtb, ng, tiles = WGRAD_THREADS, 1, _cdiv(nmt, WGRAD_THREADS)
+        else:                                       # fewer: thread groups split the pixels
+            mtb, ng, tiles = nmt, WGRAD_THREADS // nmt, 1
+        tr = next((t for t in (32, 16, 8, 4, 2) if t * (p2 + q2) * 8 <= 48 * 1024), 1)
+        chunks = max(1, min(_cdiv(U, tr), _cdiv(4 * self.lin.sms, kf * tiles)))
+        chunk = _cdiv(_cdiv(U, chunks), tr) * tr
+        shared = max(tr * (p2 + q2), (ng - 1) * mtb * 4) * 8
+        i32 = np.int32
+        _rk("bcm_conv_wgrad")((_cdiv(U, chunk), kf, tiles), (WGRAD_THREADS,), G, X, E, i32(p), i32(q), i32(self.cq),
+                              i32(U), np.int64(U * p), np.int64(s.n * s.h * s.w * self.cq), i32(chunk), i32(tr),
+                              i32(mtb), i32(ng), *self.geo, shared=shared)
+        return E
+
+    def forward(self, x, w, bias):
+        L, s, kf, p = self.lin, self.s, self.kf, self.p
+        rx, ro = s.n * s.h * s.w * self.cq, s.rows
+        self.xf = L._buf("cxf", (kf, rx), np.complex64)
+        self.wf = L._buf("wt", (kf, p * self.q), np.complex64)
+        L._dft_rows([(x, self.xf, 0), (w, self.wf, 0)])
+        af = self._prod(0, self.xf, self.wf, L._buf("caf", (kf, ro * p), np.complex64), ro, p, self.cq, rx)
+        a = L._buf("a", (ro, p * self.k), np.float32)
+        L._idft_rows([(af, a, bias, p, 0)])
+        return a.reshape(s.n, s.ho, s.wo, s.cout)
+
+    def backward(self, g):
+        L, s, kf, p, q = self.lin, self.s, self.kf, self.p, self.q
+        rx, ro = s.n * s.h * s.w * self.cq, s.rows
+        gc = L._buf("cgc", (kf, ro * p), np.complex64)                 # conj(FFT(g)), frequency-major
+        db = L._buf("db", (s.cout,), np.float32)
+        dwf = L._buf("cdwf", (kf, p * q), np.complex64)
+        L._dft_rows([(g, gc, 1)], zero=[db, dwf.view(np.float32)])
+        g2 = g.reshape(ro, s.cout)
+        R, C = g2.shape
+        dwf, dxf, _ = graphs.parallel(
+            lambda: self._wgrad(gc, self.xf, dwf),
+            lambda: self._prod(1, gc, self.wf, L._buf("cdxf", (kf, rx), np.complex64), s.n * s.h * s.w, self.cq, p,
+                               ro * p),
+            lambda: _k("bcm_bias_grad")((_cdiv(C, 32), max(1, min(_cdiv(R, 8 * 16), 1024))), (32, 8), g2, db,
+                                        np.int32(R), np.int32(C)))
+        dw = L._buf("dw", (p, q, self.k), np.float32)
+        dx = L._buf("cdx", (s.n, s.h, s.w, s.c), np.float32)
+        L._idft_rows([(dwf, dw, None, 1, 1), (dxf, dx, None, 1, 1)])
         return dw, dx, db
 
 
@@ -354,8 +495,17 @@ def _build_bcm(variant: str):
     def build(case: Case, ctx):
         d = upload_all({k: v for k, v in case.inputs.items() if isinstance(v, np.ndarray)})
         p, q, k = case.inputs["w"].shape
-        layer = BcmLinear(p, q, k, variant)
         s: Optional[ref.ConvShape] = case.inputs.get("conv")
+        if s and variant in RFFT_VARIANTS and s.c % k == 0 and s.cout % k == 0:
+            conv = BcmConv(s, k, variant)              # the window gathered in the kernel: no im2col
+
+            def run_conv():
+                a = conv.forward(d["x"], d["w"], d["bias"])
+                dw, dx, db = conv.backward(d["g"])
+                return {"a": a, "dw": dw, "dx": dx, "db": db}
+            run_conv.poison = conv.poison
+            return run_conv
+        layer = BcmLinear(p, q, k, variant)
 
         def run():
             x = im2col(d["x"], s) if s else d["x"]
@@ -391,7 +541,8 @@ def _build_dense(precision: str):
 
 
 def variants() -> Dict[str, Variant]:
-    out = {v: Variant(v, "ours", _build_bcm(v), bcm_cost, graph=True) for v in OURS}
+    out = {v: Variant(v, "ours", _build_bcm(v), bcm_cost, graph=True,
+                      tolerance=TF32_TOL if v == "rfft_tf32" else None) for v in OURS}
     out["dense_fp32"] = Variant("dense_fp32", "baseline", _build_dense("fp32"), dense_cost("fp32"),
                                 check=dense_check, graph=True)
     out["dense_tf32"] = Variant("dense_tf32", "baseline", _build_dense("tf32"), dense_cost("tf32"),

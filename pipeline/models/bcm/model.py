@@ -97,13 +97,29 @@ def cpu_variants() -> Dict[str, Variant]:
     }
 
 
+def asked_variants(cfg) -> List[str]:
+    """The variants a run times: ``model.variants``; else the kernel entry's ``params.variants``
+    (the default entry lists the paper's ``fused`` and the project's best side by side); else
+    ``[kernel.name]``. Every name is checked against the registry."""
+    names = REGISTRY.check(cfg)
+    if cfg.model.variants:
+        return names
+    listed = [str(v) for v in (cfg.kernel.get("params") or {}).get("variants") or []]
+    for v in listed:
+        if v not in REGISTRY:
+            from pipeline.errors import ConfigError
+            raise ConfigError(f"kernel.params.variants={v!r} is not allowed: one of {', '.join(REGISTRY.names())} "
+                              f"for model=bcm")
+    return listed or names
+
+
 class BcmModel(Model):
     GPU_VARIANTS = GPU_OURS + GPU_BASELINES
     CPU_VARIANTS = CPU_OURS + CPU_BASELINES
 
     def prepare(self) -> None:
         m = self.cfg.model
-        names = REGISTRY.check(self.cfg)
+        names = asked_variants(self.cfg)
         if self.ctx.cuda:
             from pipeline.models.bcm import gpu
             table = gpu.variants()

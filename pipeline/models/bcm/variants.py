@@ -13,8 +13,14 @@ BCM_KERNELS = (
     VariantInfo("cgemm", OURS, "cuda", "a frequency-batched complex GEMM through cuBLAS"),
     VariantInfo("dft", OURS, "cuda", "our direct real-DFT kernels around one strided-batched complex GEMM"),
     VariantInfo("dft3m", OURS, "cuda", "dft with cuBLAS's 3M complex GEMM"),
+    VariantInfo("rfft", OURS, "cuda", "dft with real FFTs in registers (one thread a row, k <= 64) and, for conv "
+                                      "layers, the 3x3 window gathered inside the products (implicit im2col: "
+                                      "spectra of x and g per pixel, col2im in the frequency domain); strict fp32"),
+    VariantInfo("rfft_tf32", OURS, "cuda", "rfft with TF32 tensor-core complex GEMMs (opt-in: operands rounded "
+                                           "to 10 mantissa bits, ~1e-3 relative error; conv products stay fp32)"),
 )
 BCM_KERNEL_NAMES = tuple(v.name for v in BCM_KERNELS)
+PAPER = "fused"        # the paper's method (Kernel Fusion), timed by the default run beside the project's best
 DENSE = ("dense_fp32", "dense_tf32")
 
 REGISTRY = Registry("bcm", [

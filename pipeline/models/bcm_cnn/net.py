@@ -116,7 +116,7 @@ class GpuBcmCore:
         from pipeline.models.bcm.gpu import BcmLinear
         self.layer = BcmLinear(p, q, k, variant)
         # these variants return the layer's persistent buffers: copy what outlives the next call
-        self.persistent = variant in ("baseline", "dft", "dft3m")
+        self.persistent = variant in ("baseline", "dft", "dft3m", "rfft", "rfft_tf32")
 
     def forward(self, x, w, b):
         a = self.layer.forward(x, w, b)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from pipeline.errors import ConfigError
 
@@ -29,14 +29,23 @@ class VariantInfo:
         return [m for m in self.needs if importlib.util.find_spec(m) is None]
 
 
-class Registry:
-    """The variants of one model, in the order a report lists them."""
+_BY_MODEL: Dict[str, "Registry"] = {}
 
-    def __init__(self, model: str, variants: Iterable[VariantInfo], cpu_default: Optional[str] = None):
+
+class Registry:
+    """The variants of one model, in the order a report lists them; ``paper`` names the variant that
+    is the paper's own method (the run's last line compares the fastest with it)."""
+
+    def __init__(self, model: str, variants: Iterable[VariantInfo], cpu_default: Optional[str] = None,
+                 paper: Optional[str] = None):
         self.model = model
         self.variants = {v.name: v for v in variants}
         cpu = [v.name for v in self.variants.values() if v.backend == "cpu"]
         self.cpu_default = cpu_default or (cpu[0] if cpu else None)
+        if paper is not None and paper not in self.variants:
+            raise ValueError(f"registry {model}: paper variant {paper!r} is not one of its variants")
+        self.paper = paper
+        _BY_MODEL[model] = self
 
     def __contains__(self, name: str) -> bool:
         return name in self.variants
@@ -103,3 +112,8 @@ def select_variants(cfg, backend: str, registry: Registry) -> Selection:
     if skipped:
         notes.append(f"{backend.upper()} backend: baseline(s) {', '.join(skipped)} not run here")
     return Selection(ours, baselines, notes)
+
+
+def of_model(name: str) -> Optional[Registry]:
+    """The registry of ``model.name`` (once the model's variants module is imported), else None."""
+    return _BY_MODEL.get(name)

@@ -1,0 +1,38 @@
+"""The run's last line: the fastest variant, its ratios, the paper's variant beside it."""
+from pipeline.headline import MAX_CASE_LINES, fastest_lines
+
+
+def row(case, variant, kind, ms, ok=True):
+    return {"case": case, "variant": variant, "kind": kind, "median_ms": ms, "ok": ok}
+
+
+def test_fastest_of_ours_with_ratios_and_the_papers_variant():
+    rows = [row("A", "fused", "ours", 0.2), row("A", "rfft", "ours", 0.05),
+            row("A", "dense_fp32", "baseline", 0.6), row("A", "dense_tf32", "baseline", 0.2)]
+    (line,) = fastest_lines(rows, paper="fused")
+    assert line == "A: fastest: rfft 0.05 ms; 12x dense_fp32, 4x dense_tf32; the paper's fused 0.2 ms (4x slower)"
+
+
+def test_a_faster_baseline_is_named_and_a_failed_check_never_wins():
+    rows = [row("B", "rfft", "ours", 1.0), row("B", "dft", "ours", 0.1, ok=False),
+            row("B", "dense_tf32", "baseline", 0.5)]
+    (line,) = fastest_lines(rows)
+    assert line.startswith("B: fastest: dense_tf32 0.5 ms (a baseline); ours best: rfft 1 ms; 0.5x dense_tf32")
+
+
+def test_training_reports_rank_by_epoch_time_and_the_paper_can_be_the_fastest():
+    rows = [{"variant": "flow", "kind": "ours", "epoch_ms": 5.0}, {"variant": "stage", "kind": "baseline", "epoch_ms": 60.0}]
+    assert fastest_lines(rows, paper="flow") == ["fastest: flow 5 ms; 12x stage; the paper's variant"]
+
+
+def test_many_cases_give_one_counting_line():
+    rows = []
+    for i in range(MAX_CASE_LINES + 2):
+        rows += [row(f"c{i}", "a" if i % 3 else "b", "ours", 1.0), row(f"c{i}", "base", "baseline", 2.0 if i else 0.5)]
+    (line,) = fastest_lines(rows)
+    assert line.startswith(f"fastest of ours over {MAX_CASE_LINES + 2} cases: a in 4, b in 2; a baseline was faster in 1")
+
+
+def test_no_time_column_or_no_variant_of_ours_gives_nothing():
+    assert fastest_lines([{"variant": "x", "kind": "ours", "acc": 1.0}]) == []
+    assert fastest_lines([row("A", "base", "baseline", 1.0)]) == []

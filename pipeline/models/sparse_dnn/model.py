@@ -27,7 +27,7 @@ from pipeline.models.sparse_dnn import reference as ref
 from pipeline.models.sparse_dnn.network import _csr_bytes, _gb, load_network   # noqa: F401 (load_network: re-exported)
 from pipeline.models.sparse_dnn.variants import REGISTRY
 from pipeline.results import Report
-from pipeline.timing import Timing, time_cpu
+from pipeline.timing import Interval, Timing, time_cpu
 from pipeline.train import speedups
 
 GPU_VARIANTS = REGISTRY.names("cuda")
@@ -94,6 +94,16 @@ def pass_floors(work, edges: float, peaks) -> Dict[str, float]:
     the larger of the first two over the time, as for every model (:func:`pipeline.bench.measure`)."""
     return {"memory_s": work[1] / peaks.bandwidth(), "fma_s": 2.0 * work[0] / peaks.flops("fp32"),
             "edges_fma_s": 2.0 * edges / peaks.flops("fp32")}
+
+
+def _once(fn):
+    """(fn(), seconds) of one pass that must also give its answer (the checked, the profiled pass),
+    on the project's interval timer (:class:`pipeline.timing.Interval`, host clock: a pass is
+    host-synchronous, see :meth:`SparseDnnModel._time`)."""
+    clock = Interval("cpu")
+    clock.start()
+    out = fn()
+    return out, clock.stop() * 1e-3
 
 
 class SparseDnnModel(Model):
@@ -206,9 +216,8 @@ class SparseDnnModel(Model):
             cats, med, iqr, info = self._run_multi(net, name)
             tr_ms = cp_ms = float("nan")
         elif name == "cpu":
-            t0 = time.perf_counter()
-            cats, rows = ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut))
-            first = time.perf_counter() - t0
+            (cats, rows), first = _once(
+                lambda: ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut)))
             med, iqr = (first, 0.0) if repeats <= 1 else self._time(
                 lambda: ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut)),
                 repeats - 1, 0)
@@ -217,11 +226,9 @@ class SparseDnnModel(Model):
             from pipeline.models.sparse_dnn import gpu
             runner = gpu.RUNNERS[name](net, m, self.ctx.device, self.ctx.notice)
             try:
-                t0 = time.perf_counter()
                 runner.track = True                          # digest of the final activations (untimed passes)
-                prof = runner.profile()                      # checked + instrumented pass
+                prof, t_prof = _once(runner.profile)         # checked + instrumented pass
                 digests = [runner.digest]
-                t_prof = time.perf_counter() - t0
                 cats, rows, info = prof.categories, prof.rows, dict(prof.info)
                 tr_ms, cp_ms = prof.transfer_ms, prof.compute_ms
                 self._pass_s[(net.name, name)] = t_prof
@@ -232,9 +239,7 @@ class SparseDnnModel(Model):
                     if "graph" in info:
                         info["graph"] = False                # the profiled pass runs without the graph
                 else:
-                    t0 = time.perf_counter()
-                    got = runner.run()                       # the timed path (graph) must agree too
-                    t_run = time.perf_counter() - t0
+                    got, t_run = _once(runner.run)           # the timed path (graph) must agree too
                     digests.append(runner.digest)
                     runner.track = False
                     if not np.array_equal(got, cats):

@@ -18,7 +18,7 @@
 
 #define CL_G 16
 #define CL_TILE 128     // images per warp work item: 32 lanes x 4
-#define CL_UNROLL 4     // independent 512-byte loads in flight per warp (8 spills at 128 registers)
+#define CL_UNROLL 4     // independent 512-byte loads in flight per warp (8 would spill at 128 registers)
 
 __device__ __forceinline__ void cl_fma4(float4& a, const float4& y, float w)
 {

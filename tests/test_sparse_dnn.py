@@ -330,3 +330,66 @@ def test_cli_golden_mismatch_fails_run(cli, tmp_path, net):
             f"data_dir={tmp_path / 'data'}", f"cache_dir={tmp_path / 'cache'}")
     assert r.returncode == 4, r.stdout + r.stderr
     assert "categories differ from the golden set" in r.stderr
+
+
+# ---------------------------------------------------------------------------- cluster layout, default variants
+
+def _unpack_clusters(words, ncl, utot, N, g):
+    """W back from a cluster_layer row; also checks that padding columns carry no weight."""
+    wv = words[: g * utot].view(np.float32).reshape(utot, g)
+    uidx = words[g * utot: (g + 1) * utot]
+    uptr = words[(g + 1) * utot: (g + 1) * utot + ncl + 1]
+    gidx = words[(g + 1) * utot + ncl + 1:].reshape(ncl, g)
+    assert words.size == (g + 1) * utot + ncl + 1 + ncl * g and uptr[0] == 0 and uptr[-1] == utot
+    rows, cols, vals = [], [], []
+    for c in range(ncl):
+        lst = uidx[uptr[c]: uptr[c + 1]]
+        assert np.all(np.diff(lst) > 0)                       # CSC order: the pull kernel's FMA order
+        for j in range(g):
+            if gidx[c, j] < 0:
+                assert not wv[uptr[c]: uptr[c + 1], j].any()
+                continue
+            rows += lst.tolist()
+            cols += [int(gidx[c, j])] * lst.size
+            vals += wv[uptr[c]: uptr[c + 1], j].tolist()
+    out = gidx[gidx >= 0]
+    assert np.array_equal(np.sort(out), np.arange(N))          # every output exactly once
+    return sp.csr_matrix((np.asarray(vals, np.float32), (rows, cols)), shape=(N, N))
+
+
+def test_cluster_layout_round_trip():
+    from pipeline.models.sparse_dnn.gpu import CL_G, cluster_bytes, cluster_layer
+    from test_sparse_dnn_gpu import shared_list_layer
+    W = radixnet.layer(1024, 3, seed=0)
+    words, ncl, utot = cluster_layer(W)
+    assert (ncl, utot) == (1024 // 16, 2 * 1024)                # RadiX-Net: 16 outputs share each 32-input list
+    assert (_unpack_clusters(words, ncl, utot, 1024, CL_G) != W).nnz == 0
+    assert cluster_bytes(1024, 1) >= words.nbytes
+    rng = np.random.default_rng(5)
+    W = shared_list_layer(500, rng)                             # empty lists, lists > 32, groups > 16
+    words, ncl, utot = cluster_layer(W)
+    R = _unpack_clusters(words, ncl, utot, 500, CL_G)
+    assert (R != W).nnz == 0 and np.array_equal(R.data, W.data)
+    W = sp.random(300, 300, density=0.05, random_state=2, format="csr", dtype=np.float32)   # nothing shared
+    words, ncl, utot = cluster_layer(W)
+    assert (_unpack_clusters(words, ncl, utot, 300, CL_G) != W).nnz == 0
+
+
+def test_default_times_snig_beside_the_fastest(compose):
+    from pipeline.models.sparse_dnn.model import SparseDnnModel
+    from pipeline.models.sparse_dnn.variants import REGISTRY
+    cfg = compose(["model=sparse_dnn"])
+    assert SparseDnnModel._asked(cfg) == ["snig", "cluster"] and list(cfg.model.baselines) == ["bf", "cusparse"]
+    assert all(REGISTRY[v].kind == "ours" for v in SparseDnnModel._asked(cfg))
+    assert SparseDnnModel._asked(compose(["model=sparse_dnn", "kernel=pull"])) == ["pull"]
+    assert SparseDnnModel._asked(compose(["model=sparse_dnn", "model.variants=[bf]"])) == ["bf"]
+
+
+def test_passes_are_timed_through_the_shared_timer():
+    from pipeline.models.sparse_dnn.model import _passes
+    from pipeline.timing import time_cpu
+    calls = []
+    t = time_cpu(lambda: calls.append(1), _passes(3, 2))
+    assert t.n == 3 and len(calls) == 5
+    calls.clear()
+    assert time_cpu(lambda: calls.append(1), _passes(1, 0)).n == 1 and len(calls) == 1

@@ -1,4 +1,4 @@
-"""GPU tests of model=sparse_dnn: snig, pull, bf and cusparse give the golden categories on the official
+"""GPU tests of model=sparse_dnn: snig, pull, cluster, bf and cusparse give the golden categories on the official
 subset (the official golden file, row for row) and on generated RadiX-Net networks (the exact
 reference's golden set, every row outside the rounding-ambiguous ones), under several
 kernel/streaming settings; at N = 1024 and 4096 with L = 120 and all 60000 MNIST images every
@@ -56,6 +56,9 @@ SETTINGS = [
     ("pull", dict(batch_size=500)),                          # three batches, a partial last one
     ("pull", dict(batch_size=130, pull_neurons_per_warp=1, weight_buffers=3)),   # partial 128-image tiles
     ("pull", dict(pull_neurons_per_warp=7, weight_buffers=1)),   # 1024 not a multiple of 8 x 7
+    ("cluster", {}),
+    ("cluster", dict(graph=False)),
+    ("cluster", dict(batch_size=130, weight_buffers=3)),     # partial 128-image tiles, three batches
     ("bf", {}),
     ("bf", dict(batch_size=700, weight_buffers=1)),
     ("cusparse", {}),
@@ -78,7 +81,7 @@ def test_official_odd_depth(gpu_ctx, official):
     L = 7
     net = hpec.load_npz(ROOT / "data" / "hpec-1024", L=L)
     g = ref.golden(net.Y0, net.layers, net.bias, net.ymax)
-    for name in ("snig", "pull", "bf", "cusparse"):
+    for name in ("snig", "pull", "cluster", "bf", "cusparse"):
         prof, again, _ = _run(name, net, gpu_ctx)
         assert ref.check_categories(prof.categories, g.categories, g.ambiguous)[0], name
         assert np.array_equal(again, prof.categories), name
@@ -101,7 +104,7 @@ def test_generated_networks(gpu_ctx, N, L, n, S, R):
     net = radixnet.make_network(N, L, Y0, seed=1)
     g = ref.golden(net.Y0, net.layers, net.bias, net.ymax)
     assert 0 < g.categories.size < n
-    for name in ("snig", "pull", "bf", "cusparse"):
+    for name in ("snig", "pull", "cluster", "bf", "cusparse"):
         prof, again, _ = _run(name, net, gpu_ctx, num_secs=S if name == "snig" else 0, rows_per_block=R)
         ok, why, _ = ref.check_categories(prof.categories, g.categories, g.ambiguous)
         assert ok, f"{name}: {why}"
@@ -134,7 +137,7 @@ def _same_bits(a, b) -> bool:
 
 
 @pytest.mark.parametrize("N", [1024, 4096])
-@pytest.mark.parametrize("name", ["snig", "pull", "bf", "cusparse"])
+@pytest.mark.parametrize("name", ["snig", "pull", "cluster", "bf", "cusparse"])
 def test_challenge_60000_images(gpu_ctx, compose, N, name):
     from pipeline.models.sparse_dnn import gpu
     net = _challenge(compose, N)
@@ -170,5 +173,58 @@ def test_challenge_60000_images(gpu_ctx, compose, N, name):
 def test_cli_gpu_official(cli):
     r = cli("model=sparse_dnn", "backend=cuda", "model.repeats=2")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "FAIL" not in r.stdout and r.stdout.count("hpec-1024-l120") == 3
-    assert r.stdout.count("yes (2 passes bit-identical)") >= 2          # snig and bf (cusparse: no promise)
+    # the default: snig and the project's fastest (cluster) beside bf and cusparse
+    assert "FAIL" not in r.stdout and r.stdout.count("hpec-1024-l120") == 4
+    assert " cluster " in r.stdout and " snig " in r.stdout
+    assert r.stdout.count("yes (2 passes bit-identical)") >= 3          # snig, cluster, bf (cusparse: no promise)
+
+
+# ---------------------------------------------------------------------------- cluster on fresh random networks
+
+def shared_list_layer(N, rng, max_group=40, max_deg=47):
+    """A random layer whose outputs come in groups sharing one random in-neighbour list (group sizes
+    1..max_group, so groups larger than a 16-output cluster too; degrees 0..max_deg, so lists longer
+    than a 32-entry chunk and not a multiple of the unroll), nonnegative random float32 weights."""
+    rows, cols = [], []
+    outs = rng.permutation(N)
+    j = 0
+    while j < N:
+        grp = outs[j: j + int(rng.integers(1, max_group + 1))]
+        j += grp.size
+        ins = rng.choice(N, int(rng.integers(0, max_deg + 1)), replace=False)
+        rows.append(np.repeat(ins, grp.size))
+        cols.append(np.tile(grp, ins.size))
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    vals = rng.uniform(0.005, 0.2, r.size).astype(np.float32)
+    W = sp.csr_matrix((vals, (r, c)), shape=(N, N))
+    W.sort_indices()
+    return W
+
+
+@pytest.mark.parametrize("N,L,n", [(1024, 8, 700), (4096, 5, 300)])
+def test_cluster_matches_pull_and_reference_on_fresh_random_networks(gpu_ctx, N, L, n):
+    """cluster (a new kernel) on inputs and weights drawn afresh every run (the seed is printed):
+    the exact reference's categories outside its rounding-ambiguous rows, and the very bits of
+    pull's final activations (the same FMA chains), with one batch and with partial tiles."""
+    from pipeline.models.sparse_dnn import gpu
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"seed {seed}")
+    rng = np.random.default_rng(seed)
+    layers = [shared_list_layer(N, rng) for _ in range(L)]
+    Y0 = sp.random(n, N, density=0.1, random_state=rng, format="csr", dtype=np.float32)
+    Y0.data[:] = rng.uniform(0.5, 2.0, Y0.nnz).astype(np.float32)
+    net = hpec.Network(name=f"random-{N}", N=N, bias=-0.2, ymax=32.0, layers=layers, Y0=Y0)
+    g = ref.golden(net.Y0, net.layers, net.bias, net.ymax)
+    assert 0 < g.categories.size < n, f"seed {seed}: a degenerate draw ({g.categories.size} categories)"
+    for kw in ({}, dict(batch_size=130, graph=False, weight_buffers=3)):
+        finals = {}
+        for name in ("pull", "cluster"):
+            r = gpu.RUNNERS[name](net, _model_cfg(**kw), gpu_ctx.device, gpu_ctx.notice)
+            r.keep_final = True
+            prof = r.profile()
+            ok, why, _ = ref.check_categories(prof.categories, g.categories, g.ambiguous)
+            assert ok, f"seed {seed} {name} {kw}: {why}"
+            assert np.array_equal(r.run(), prof.categories), f"seed {seed} {name} {kw}"
+            finals[name] = r.activations()
+            del r
+        assert _same_bits(finals["pull"], finals["cluster"]), f"seed {seed} {kw}: cluster differs from pull"

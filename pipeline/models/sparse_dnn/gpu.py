@@ -123,6 +123,101 @@ def pack_csc(layers: List[sp.csr_matrix], alloc=None, workers: int = 0, progress
     return _pack(layers, lambda N, cap: N + 1 + 2 * cap, _pack_csc_row, alloc, workers, progress, "pack CSC")
 
 
+CL_G = 16                         # outputs per cluster (cuda/sparse_dnn/cluster.cu)
+
+
+_MIX = np.random.default_rng(0x5eed).integers(1, 2 ** 63, 4096, dtype=np.uint64) | np.uint64(1)
+
+
+def _same_lists(M: np.ndarray) -> np.ndarray:
+    """Group label of each row of M (n x d int): equal rows, equal labels. A 64-bit mix of each row
+    is sorted (fast), and rows that share a mix are compared with the first of their group; only on
+    a collision does it fall back to an exact sort of the rows (numpy.unique over axis 0)."""
+    d = M.shape[1]
+    mix = _MIX[np.arange(d) % _MIX.size]
+    with np.errstate(over="ignore"):
+        h = (M.astype(np.uint64) * mix[None, :]).sum(axis=1, dtype=np.uint64)
+    h ^= h >> np.uint64(29)
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    inv = np.asarray(inv).ravel()
+    if np.array_equal(M, M[first[inv]]):
+        return inv
+    _, inv = np.unique(M, axis=0, return_inverse=True)
+    return np.asarray(inv).ravel()
+
+
+def cluster_layer(W: sp.csr_matrix, g: int = CL_G) -> Tuple[np.ndarray, int, int]:
+    """Layer W (input i -> output j) in the cluster layout of cuda/sparse_dnn/cluster.cu: (int32
+    words wval (utot x g float32) | uidx (utot) | uptr (ncl + 1) | gidx (ncl x g, -1 = none),
+    ncl, utot).
+
+    Output neurons with the same in-neighbour list (same degree, same sorted inputs) are grouped,
+    each group cut into clusters of at most ``g`` outputs; a cluster stores the shared list once
+    (CSC order) and the dense block of its outputs' weights, so the kernel reads each input row
+    once per cluster. Outputs with no in-edges form clusters with an empty list (their rows are
+    written as zeros). Grouping is exact: an output's sum runs over exactly its own in-edges in
+    CSC order, the same float32 chain as pull's. A network whose outputs share no lists gets one
+    output per cluster (correct, but no faster than pull)."""
+    C = sp.csc_matrix(W)
+    C.sort_indices()
+    ip = C.indptr.astype(np.int64)
+    deg = np.diff(ip)
+    gidx, uidx, wval, sizes = [], [], [], []
+    for d in np.unique(deg):
+        js = np.flatnonzero(deg == d)
+        pos = ip[js][:, None] + np.arange(d, dtype=np.int64)[None, :]        # (n, d) entry positions
+        inv = _same_lists(C.indices[pos]) if d else np.zeros(js.size, np.int64)
+        order = np.argsort(inv, kind="stable")
+        inv, js, pos = inv[order], js[order], pos[order]
+        first = np.r_[0, np.flatnonzero(np.diff(inv)) + 1]                    # start of each group
+        start = np.repeat(first, np.diff(np.r_[first, inv.size]))
+        col = (np.arange(inv.size) - start) % g
+        cl = np.cumsum(col == 0) - 1                                          # cluster of each output
+        ncl = int(cl[-1]) + 1
+        G = np.full((ncl, g), -1, np.int32)
+        G[cl, col] = js
+        V = np.zeros((ncl, d, g), np.float32)
+        V[cl, :, col] = C.data[pos].astype(np.float32)
+        gidx.append(G.ravel())
+        uidx.append(C.indices[pos[col == 0]].astype(np.int32).ravel())      # the shared list, once
+        wval.append(V.ravel())
+        sizes.append(np.full(ncl, d, np.int64))
+    sizes = np.concatenate(sizes)
+    uptr = np.zeros(sizes.size + 1, np.int64)
+    np.cumsum(sizes, out=uptr[1:])
+    ncl, utot = int(sizes.size), int(uptr[-1])
+    words = np.concatenate([np.concatenate(wval).view(np.int32), np.concatenate(uidx),
+                            uptr.astype(np.int32), np.concatenate(gidx)])
+    return words, ncl, utot
+
+
+def pack_clusters(layers, alloc=None, workers: int = 0, progress=None) -> Tuple[np.ndarray, np.ndarray]:
+    """(L, stride) int32 (pinned unless ``alloc``), row l = layer l's :func:`cluster_layer` words (zero
+    padded), and (L, 2) int64: (ncl, utot) of each layer. Layers are clustered on ``workers``
+    threads; the rows are held until all are done (their sizes set the stride), then copied in,
+    each given back once copied."""
+    from pipeline.data.radixnet import layer_imap
+    rows, counts = [], []
+    for r, ncl, utot in layer_imap(layers, lambda l, W: cluster_layer(W), workers, progress, "pack clusters"):
+        rows.append(r)
+        counts.append((ncl, utot))
+    stride = -(-max(r.size for r in rows) // 32) * 32
+    out = (alloc or _pinned)((len(rows), stride), np.int32)
+    for l in range(len(rows)):
+        out[l, :rows[l].size] = rows[l]
+        out[l, rows[l].size:] = 0
+        rows[l] = None
+    return out, np.asarray(counts, np.int64)
+
+
+def cluster_bytes(N: int, L: int, g: int = CL_G) -> int:
+    """Bytes of :func:`pack_clusters` for a RadiX-Net layer (N/g clusters, each a shared list of 32
+    inputs): the estimate the host-memory notice uses."""
+    ncl, utot = N // g, 2 * N
+    words = (g + 1) * utot + ncl + 1 + ncl * g
+    return -(-words // 32) * 32 * 4 * L
+
+
 def fixed_point_bits(net, colmax: float) -> int:
     """K of snig's 64-bit fixed-point sums (quantum 2^-K): the largest K that keeps every sum,
     at most max(ymax, largest input) x ``colmax`` (largest column sum of |W|) + |bias|, below 2^62."""
@@ -448,7 +543,7 @@ class PullRunner(_StreamedPass):
         per_sm = max(1, 65536 // (max(self.k_infer.registers, 1) * self.THREADS))
         self.grid = info.sm_count * min(per_sm, 8)
         self.gather_grid = info.sm_count * 8
-        host_w, self.cap, self.pack_s = _packed("pull (CSC)", net.layers, notice, lambda: pack_csc(net.layers))
+        host_w, self.cap, self.pack_s = self._load_layers(net, cfg_model, info, notice)
         self._streams(cfg_model, host_w, notice)
         self.ld = -(-self.batch // 128) * 128
         try:
@@ -462,6 +557,10 @@ class PullRunner(_StreamedPass):
         self.src = cupy.zeros(self.ld, np.int32)
         self.state = cupy.zeros(2, np.int32)
         self.hist = cupy.zeros(self.L + 1, np.int32)
+
+    def _load_layers(self, net, cfg_model, info, notice):
+        """(pinned (L, stride) int32 layers, cap, packing seconds): CSC for pull."""
+        return _packed("pull (CSC)", net.layers, notice, lambda: pack_csc(net.layers))
 
     def _compact(self, Y, layer: int) -> None:
         self.k_compact((1,), (1024,), self.state, self.alive, self.ids, self.src, self.hist, np.int32(layer),
@@ -512,6 +611,46 @@ class PullRunner(_StreamedPass):
         return Result(cats, counts, c_ms, k_ms,
                       info={"batch": self.batch, "nb": self.nb, "pack_s": self.pack_s, "graph": self.use_graph,
                             "grid": self.grid})
+
+
+class ClusterRunner(PullRunner):
+    """Variant cluster (cuda/sparse_dnn/cluster.cu): pull's transposed, compacted batch and its
+    staging / compaction kernels, but a layer is read as clusters of output neurons that share
+    their in-neighbour list: a warp loads each shared input row of a 128-image tile once and applies
+    it to the cluster's (up to 16) outputs, where pull loads it once per output. Same float32 FMA
+    chains as pull: bit-identical activations."""
+
+    name = "cluster"
+    THREADS = 256
+
+    def _load_layers(self, net, cfg_model, info, notice):
+        from pipeline.gpu import kernels
+        self.k_cluster = kernels.load(MODEL_DIR, "cluster.cu").kernel("cluster_infer", "PPPPPiiiff")
+        per_sm = max(1, 65536 // (max(self.k_cluster.registers, 1) * self.THREADS))
+        self.cgrid = info.sm_count * min(per_sm, 8)
+        counts = []
+
+        def pack():
+            w, c = pack_clusters(net.layers)
+            counts.append(c)
+            return w, 0
+        host_w, _, pack_s = _packed("cluster", net.layers, notice, pack)
+        self.counts = counts[0]
+        self.density = float(net.edges()) / float(max(1, (self.counts[:, 1] * CL_G).sum()))
+        return host_w, int(self.counts[:, 1].max()), pack_s
+
+    def _layer(self, l: int, slot: int, rows: int, trace=None) -> None:
+        src, dst = l % 2, (l + 1) % 2
+        ncl, utot = (int(v) for v in self.counts[l])
+        self.k_cluster((self.cgrid,), (self.THREADS,), self.Y[src], self.Y[dst], self.wbuf[slot], self.state,
+                       self.alive, np.int32(ncl), np.int32(utot), np.int32(self.ld), self.bias, self.ymax,
+                       stream=self.compute)
+        self._compact(self.Y[dst], l)
+
+    def profile(self) -> Result:
+        res = super().profile()
+        res.info.update(grid=self.cgrid, block_density=round(self.density, 4))
+        return res
 
 
 class BfRunner(_Digest):
@@ -698,4 +837,5 @@ class CusparseRunner(_Digest):
         return Result(cats, self.nnz_rows.copy(), info={"batch": self.batch})
 
 
-RUNNERS = {"snig": SnigRunner, "pull": PullRunner, "bf": BfRunner, "cusparse": CusparseRunner}
+RUNNERS = {"snig": SnigRunner, "pull": PullRunner, "cluster": ClusterRunner, "bf": BfRunner,
+           "cusparse": CusparseRunner}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import time
+from types import SimpleNamespace
 from typing import Any, Dict, List
 
 import numpy as np
@@ -26,6 +27,8 @@ from pipeline.models.sparse_dnn import reference as ref
 from pipeline.models.sparse_dnn.network import _csr_bytes, _gb, load_network   # noqa: F401 (load_network: re-exported)
 from pipeline.models.sparse_dnn.variants import REGISTRY
 from pipeline.results import Report
+from pipeline.timing import Interval, Timing, time_cpu
+from pipeline.train import speedups
 
 GPU_VARIANTS = REGISTRY.names("cuda")
 # What each variant promises about bit-identical outputs from pass to pass (the `deterministic`
@@ -33,6 +36,7 @@ GPU_VARIANTS = REGISTRY.names("cuda")
 DETERMINISM = {
     "snig": "by design (64-bit fixed-point sums: integer atomics in any order give the same sum)",
     "pull": "by design (each output one FMA chain in CSC order, no atomics)",
+    "cluster": "by design (each output one FMA chain in CSC order, no atomics; the same bits as pull)",
     "bf": "by design (each output one thread's sum in CSC order, no atomics)",
     "cusparse": "not promised (cuSPARSE SpMM makes no run-to-run guarantee)",
     "cpu": "by design (exact semantics: the answer has no order)",
@@ -41,10 +45,16 @@ CPU_VARIANTS = REGISTRY.names("cpu")
 SMALL = dict(N=1024)            # size=small (CPU backend): RadiX-Net shrinks to N=1024
 
 
+def _passes(repeats: int, warmup: int) -> SimpleNamespace:
+    """The timing policy of :mod:`pipeline.timing` for exactly ``repeats`` timed passes after
+    ``warmup`` untimed ones (model.repeats / model.warmup)."""
+    return SimpleNamespace(warmup=int(warmup), min_repeats=int(repeats), max_repeats=int(repeats), min_time_ms=0.0)
+
+
 def host_memory(net, variants: List[str], S: int = 1) -> Dict[str, float]:
     """Estimated host bytes: inputs, layers held, pinned weights of each GPU runner (one exists at a
     time), and the peak (inputs + layers + the largest runner's pinned copy)."""
-    from pipeline.models.sparse_dnn.gpu import packed_bytes
+    from pipeline.models.sparse_dnn.gpu import cluster_bytes, packed_bytes
     cap = radixnet.max_nnz(net.layers)
     lazy = isinstance(net.layers, radixnet.Layers) and not net.layers.keep
     held = 0 if lazy else sum(_csr_bytes(w) for w in net.layers) if not isinstance(net.layers, radixnet.Layers) \
@@ -53,6 +63,8 @@ def host_memory(net, variants: List[str], S: int = 1) -> Dict[str, float]:
     for v in variants:
         if v in ("snig", "pull", "bf", "cusparse"):
             est[v] = float(packed_bytes(net.N, net.L, cap, S if v == "snig" else 0))
+        elif v == "cluster":              # RadiX-Net's shape (16 outputs a list); other networks up to 16x more
+            est[v] = float(cluster_bytes(net.N, net.L))
     est["peak"] = est["inputs"] + est["layers"] + max([est.get(v, 0.0) for v in variants] + [0.0])
     return est
 
@@ -74,14 +86,49 @@ def live_work(net):
     return updates, nbytes
 
 
+def pass_floors(work, edges: float, peaks) -> Dict[str, float]:
+    """The least time of one pass by each bound, from :func:`live_work` and the measured ceilings:
+    ``memory_s`` (its bytes at the copy bandwidth), ``fma_s`` (the live-row edge updates, 2 flops
+    each, at the fp32 GEMM rate) and ``edges_fma_s`` (the challenge's count, every image times every
+    edge, dead rows included: what a method without row skipping would compute). ``pct_peak`` is
+    the larger of the first two over the time, as for every model (:func:`pipeline.bench.measure`)."""
+    return {"memory_s": work[1] / peaks.bandwidth(), "fma_s": 2.0 * work[0] / peaks.flops("fp32"),
+            "edges_fma_s": 2.0 * edges / peaks.flops("fp32")}
+
+
+def _once(fn):
+    """(fn(), seconds) of one pass that must also give its answer (the checked, the profiled pass),
+    on the project's interval timer (:class:`pipeline.timing.Interval`, host clock: a pass is
+    host-synchronous, see :meth:`SparseDnnModel._time`)."""
+    clock = Interval("cpu")
+    clock.start()
+    out = fn()
+    return out, clock.stop() * 1e-3
+
+
 class SparseDnnModel(Model):
     GPU_VARIANTS = GPU_VARIANTS
     CPU_VARIANTS = CPU_VARIANTS
 
     # ------------------------------------------------------------------ prepare
+    @staticmethod
+    def _asked(cfg) -> List[str]:
+        """The variants asked for: model.variants, else kernel.name; the default kernel
+        (``conf/kernel/sparse_dnn_default.yaml``, ``params.headline``) adds the project's fastest
+        beside the paper's snig, so the default command shows both."""
+        names = REGISTRY.check(cfg)
+        if not cfg.model.variants:
+            extra = [str(v) for v in (cfg.kernel.get("params") or {}).get("headline", [])]
+            for v in extra:
+                if v not in REGISTRY:
+                    raise ConfigError(f"kernel.params.headline={v!r} is not allowed: one of "
+                                      f"{', '.join(REGISTRY.names())} for model=sparse_dnn")
+            names += [v for v in extra if v not in names]
+        return names
+
     def prepare(self) -> None:
         cfg, m, d = self.cfg, self.cfg.model, self.cfg.dataset
-        names = REGISTRY.check(cfg)
+        names = self._asked(cfg)
         if self.ctx.cuda:
             self.ours = [n for n in names if n in GPU_VARIANTS]
             if len(self.ours) < len(names):
@@ -148,16 +195,16 @@ class SparseDnnModel(Model):
 
     # ------------------------------------------------------------------ execute
     def _time(self, fn, repeats: int, warmup: int):
-        for _ in range(warmup):
+        """(median, IQR) in seconds of ``repeats`` passes of ``fn`` after ``warmup`` untimed ones,
+        through the project's timer (:func:`pipeline.timing.time_cpu`, a fixed count: a pass is
+        seconds long, so no minimum time applies). A pass is host-synchronous (it ends with its
+        categories on the host), so its wall time is its time on every backend; the CUDA-event
+        timer would add a warm-up pass of its own, which ``model.warmup=0`` must not get."""
+        def one_pass():
             fn()
-        ts = []
-        for _ in range(repeats):
-            self.ctx.sync()
-            t0 = time.perf_counter()
-            fn()
-            self.ctx.sync()
-            ts.append(time.perf_counter() - t0)
-        return float(np.median(ts)), (float(np.percentile(ts, 75) - np.percentile(ts, 25)))
+            self.ctx.sync()                  # nothing of the pass left on the device when the clock stops
+        t = time_cpu(one_pass, _passes(repeats, warmup))
+        return t.median_ms * 1e-3, t.iqr_ms * 1e-3
 
     def _run_variant(self, net, name: str) -> Dict[str, Any]:
         m = self.cfg.model
@@ -169,9 +216,8 @@ class SparseDnnModel(Model):
             cats, med, iqr, info = self._run_multi(net, name)
             tr_ms = cp_ms = float("nan")
         elif name == "cpu":
-            t0 = time.perf_counter()
-            cats, rows = ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut))
-            first = time.perf_counter() - t0
+            (cats, rows), first = _once(
+                lambda: ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut)))
             med, iqr = (first, 0.0) if repeats <= 1 else self._time(
                 lambda: ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut)),
                 repeats - 1, 0)
@@ -180,11 +226,9 @@ class SparseDnnModel(Model):
             from pipeline.models.sparse_dnn import gpu
             runner = gpu.RUNNERS[name](net, m, self.ctx.device, self.ctx.notice)
             try:
-                t0 = time.perf_counter()
                 runner.track = True                          # digest of the final activations (untimed passes)
-                prof = runner.profile()                      # checked + instrumented pass
+                prof, t_prof = _once(runner.profile)         # checked + instrumented pass
                 digests = [runner.digest]
-                t_prof = time.perf_counter() - t0
                 cats, rows, info = prof.categories, prof.rows, dict(prof.info)
                 tr_ms, cp_ms = prof.transfer_ms, prof.compute_ms
                 self._pass_s[(net.name, name)] = t_prof
@@ -195,9 +239,7 @@ class SparseDnnModel(Model):
                     if "graph" in info:
                         info["graph"] = False                # the profiled pass runs without the graph
                 else:
-                    t0 = time.perf_counter()
-                    got = runner.run()                       # the timed path (graph) must agree too
-                    t_run = time.perf_counter() - t0
+                    got, t_run = _once(runner.run)           # the timed path (graph) must agree too
                     digests.append(runner.digest)
                     runner.track = False
                     if not np.array_equal(got, cats):
@@ -239,7 +281,9 @@ class SparseDnnModel(Model):
         if work is not None:
             row["live_gups"] = work[0] / med / 1e9             # live-row edge updates per second
             if self.ctx.cuda and getattr(self.ctx, "peaks", None) is not None and name != "cpu":
-                row["pct_peak"] = 100.0 * work[1] / self.ctx.peaks.bandwidth() / med
+                floors = pass_floors(work, edges, self.ctx.peaks)
+                self.floors[net.name] = floors
+                row["pct_peak"] = 100.0 * max(floors["memory_s"], floors["fma_s"]) / med
         row.update(categories=int(len(cats)), golden=int(len(net.golden)), time_s=med, iqr_s=iqr,
                    rate_geps=edges / med / 1e9, transfer_s=tr_ms * 1e-3, compute_s=cp_ms * 1e-3,
                    gpus=self.workers or 1)
@@ -285,8 +329,8 @@ class SparseDnnModel(Model):
         if res.disagree:
             self.failures.append(f"{net.name}/{name}: the timed passes disagree ({res.disagree})")
         self.claims[(net.name, f"{net.N}x{net.L}", name)] = res
-        ts = np.asarray(res.times)
-        return (res.categories, float(np.median(ts)), float(np.percentile(ts, 75) - np.percentile(ts, 25)),
+        t = Timing.of([1e3 * s for s in res.times])          # the workers' pass wall times, summarised alike
+        return (res.categories, t.median_ms * 1e-3, t.iqr_ms * 1e-3,
                 {"batch": batch, "per_gpu": res.per_worker()})
 
     def execute(self) -> None:
@@ -297,6 +341,7 @@ class SparseDnnModel(Model):
         self.traces: Dict[tuple, np.ndarray] = {}
         self.claims: Dict[tuple, multi.MultiResult] = {}
         self._pass_s: Dict[tuple, float] = {}
+        self.floors: Dict[str, Dict[str, float]] = {}
         for net in self.nets:
             cell = []
             self._net_t0 = time.perf_counter()
@@ -309,11 +354,7 @@ class SparseDnnModel(Model):
                     self.skipped.append(f"{net.name}/{name}")
                     continue
                 cell.append(self._run_variant(net, name))
-            by = {r["variant"]: r for r in cell}
-            for r in cell:
-                for b in self.baselines:
-                    if b in by and b != r["variant"]:
-                        r[f"x_vs_{b}"] = by[b]["time_s"] / r["time_s"]
+            speedups(cell, self.ours, self.baselines, "time_s")   # x_vs_<b> = b's time / the variant's
             self.rows += cell
 
     def verify(self) -> None:
@@ -398,6 +439,14 @@ class SparseDnnModel(Model):
                      if amb is not None else "; every row checked")
             if net.meta.get("exact_fallback"):
                 extra += f"; {net.meta['exact_fallback']} output(s) settled in rational arithmetic"
+            fl = getattr(self, "floors", {}).get(net.name)
+            if fl:
+                bound = "memory" if fl["memory_s"] >= fl["fma_s"] else "live FMAs"
+                rep.notes.append(f"{net.name}: floors of one pass: memory {fl['memory_s'] * 1e3:.4g} ms (live rows' "
+                                 f"activations read and written once a layer + weights once, at the copy bandwidth), "
+                                 f"live FMAs {fl['fma_s'] * 1e3:.4g} ms (at the fp32 GEMM rate): {bound}-bound "
+                                 f"(pct_peak); the challenge's images x edges would take "
+                                 f"{fl['edges_fma_s']:.4g} s of FMAs (dead rows are skipped, so no bound)")
             rep.notes.append(f"{net.name}: golden set ({len(net.golden)} categories) from "
                              f"{net.meta.get('golden_from')}{extra}")
         rep.figures["nonzero_rows.png"] = rows_plot(self.nets, self.traces)

@@ -337,7 +337,8 @@ float smem[1 << 16];
 float4 wsm4[1 << 14];
 extern "C" void emu_flow_warp(int grid, int block, const int* order, int n_order, const long long* indptr,
         const int* indices, const float* data, const float* y, int n, int nw, const float* P, const float* Psh,
-        const float* bb, float* T, float* Tsh, float* tb, int sw, float scale, double* loss) {
+        const float* bb, float* T, float* Tsh, float* tb, int sw, float scale, double* loss, float* A, float* Ash,
+        float ascale) {
     gridDim.x = grid; blockDim.x = block;
     std::barrier<> bar(32); g_bar = &bar;
     for (int b = 0; b < grid; b++)
@@ -345,7 +346,8 @@ extern "C" void emu_flow_warp(int grid, int block, const int* order, int n_order
             std::vector<std::thread> th;
             for (int l = 0; l < 32; l++)
                 th.emplace_back([=] { blockIdx.x = b; threadIdx.x = w * 32 + l;
-                    flow_warp(order, n_order, indptr, indices, data, y, n, nw, P, Psh, bb, T, Tsh, tb, sw, scale, loss); });
+                    flow_warp(order, n_order, indptr, indices, data, y, n, nw, P, Psh, bb, T, Tsh, tb, sw, scale, loss,
+                              A, Ash, ascale); });
             for (auto& t : th) t.join();
         }
 }
@@ -499,6 +501,67 @@ def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shar
     err = max(float(np.abs(got.w - q.w).max()), abs(got.b - q.b), float(np.abs(got.V - q.V).max()) if k else 0.0)
     assert err <= 2e-6, (tr.geo, err)
     assert abs(loss * data.n / rows - want_loss) <= 1e-6
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
+@pytest.mark.parametrize("k,shards,hot,inflight,hc", [
+    (0, 1, 0, 1, 0), (0, 8, 64, 4, 0), (10, 4, 32, 3, 0), (3, 2, 8, 4, 0), (0, 4, 64, 4, 32), (10, 2, 8, 2, 16)])
+def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards, hot, inflight, hc):
+    """model.optimizer=adagrad in the warp kernel (run on the host as above) with one sample a step
+    (chunk = warp_samples = 1) and the warps one after another: each sample's accumulator atomics
+    see every square before them, so the pass equals the reference's AdaGrad steps in that order,
+    with the hot rows and their accumulators spread over the shards, and through the hot-row cache."""
+    import sys
+    import types
+    from omegaconf import OmegaConf
+    import pipeline.gpu.kernels as kernels
+    import pipeline.gpu.transfer as transfer
+    from pipeline.models.wide import gpu
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    monkeypatch.setattr(kernels, "load", _HostKernels(tmp_path).load)
+    monkeypatch.setattr(transfer, "upload_all", lambda d: {key: np.ascontiguousarray(v) for key, v in d.items()})
+    X, y = ctr_synth.generate(2000, 4000, 40, 1)
+    X.data = np.random.default_rng(2).uniform(0.5, 2.0, X.nnz).astype(np.float32)
+    data = prep.from_arrays(prep.build_arrays(X[:-200], y[:-200], X[-200:], y[-200:], 1, 16, 0), 1, 16)
+    mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update="chunk", warp_samples=1,
+                               edges_per_lane=0, inflight=inflight, warps_per_block=1 if hc else 0,
+                               shards=shards, shard_hot=hot, chunk=1, prefetch=0, hot_cache=hc, spread=True,
+                               optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01))
+    tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
+    assert tr.adagrad and tr.geo["nw"] == inflight and tr.geo["smem"] == 16 * hc * tr.kp
+
+    class _Ev:
+        def record(self, *a):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def time_since(self, other):
+            return 0.0
+    tr._events = lambda: (_Ev(), _Ev())
+    rng = np.random.default_rng(k + shards)
+    p0 = ref.init_params(data.d, k, 0.05, 3)
+    p0.w = (rng.standard_normal(data.d) * 0.1).astype(np.float32)
+    p0.b = 0.3
+    tr.set_params(p0)
+    acc = ref.init_accumulator(data.d, k, 0.01)
+    if tr.nsh > 1:      # part of the hot rows' accumulators in the other shards (the sums unchanged)
+        A = tr.A.reshape(data.d, tr.kp)
+        A[:tr.hsh] -= 0.004 * (tr.nsh - 1)
+        tr.Ash[...] = 0.004
+    order = rng.permutation(data.n_chunks)[:60].astype(np.int32)
+    q = p0.astype(np.float64)
+    seq = np.concatenate([order[g::inflight] for g in range(inflight)])
+    want_loss = ref.train_epoch(data.Xtr, data.ytr, q, seq, 1, 1, 0.5, 256, acc, 0.05)
+    loss, _ = tr.epoch(order)
+    got, got_acc = tr.params(), tr.accumulators()
+    err = max(float(np.abs(got.w - q.w).max()), abs(got.b - q.b), float(np.abs(got.V - q.V).max()) if k else 0.0)
+    aerr = max(float(np.abs(got_acc.w - acc.w).max()), float(np.abs(got_acc.V - acc.V).max()) if k else 0.0)
+    assert float(np.abs(q.w - p0.w).max()) > 1e-3                    # it trained
+    assert err <= 2e-6, (tr.geo, err)
+    assert aerr <= 1e-5 * max(1.0, float(np.abs(acc.w).max())), (tr.geo, aerr)
+    assert abs(loss * data.n / len(order) - want_loss) <= 1e-6
 
 
 # ------------------------------------------------------------------------------- CLI

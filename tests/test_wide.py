@@ -186,6 +186,122 @@ def test_gradients_against_finite_differences(k):
                 assert abs((L(q1) - L(q2)) / (2 * eps) - g.V[j, f]) < 1e-7
 
 
+@pytest.mark.parametrize("k", [0, 3])
+def test_adagrad_terms_against_finite_differences(k):
+    """AdaGrad's step terms: the gradient sum and the per-sample squared gradients of every
+    coordinate (w, b, V) against central differences of each sample's own loss."""
+    rng = np.random.default_rng(4)
+    X = small_csr(3, n=12, d=9).astype(np.float64)
+    X.data = rng.uniform(0.5, 2.0, X.nnz)                  # not all ones: x^2, x^3, x^4 differ from x
+    y = (rng.random(12) < 0.4).astype(np.float64)
+    p = ref.init_params(9, k, 0.3, 1).astype(np.float64)
+    p.w[:] = rng.standard_normal(9) * 0.5
+    p.b = -0.2
+    loss, gsum, sq = ref.step_terms(X, y, p)
+    assert abs(loss - ref.loss_and_grad(X, y, p)[0]) < 1e-12
+    eps = 1e-6
+
+    def per_sample(q):
+        return ref.logloss(ref.forward(X, q)[0], y)
+
+    def fd(bump):
+        q1, q2 = p.copy(), p.copy()
+        bump(q1, eps)
+        bump(q2, -eps)
+        return (per_sample(q1) - per_sample(q2)) / (2 * eps)
+    coords = [("b", None, fd(lambda q, e: setattr(q, "b", q.b + e)), gsum.b, sq.b)]
+    for j in range(9):
+        def bw(q, e, j=j):
+            q.w[j] += e
+        coords.append(("w", j, fd(bw), gsum.w[j], sq.w[j]))
+        for f in range(k):
+            def bv(q, e, j=j, f=f):
+                q.V[j, f] += e
+            coords.append(("V", (j, f), fd(bv), gsum.V[j, f], sq.V[j, f]))
+    for name, at, g_s, want_sum, want_sq in coords:
+        assert abs(g_s.sum() - want_sum) < 1e-7, (name, at)
+        assert abs((g_s ** 2).sum() - want_sq) < 1e-7, (name, at)
+    assert any(abs(c[4]) > 1e-3 for c in coords if c[0] == "V") or k == 0
+
+
+def test_adagrad_step_by_hand():
+    """One AdaGrad step: A += squares first, then w -= lr g / sqrt(A); the bias by SGD's step."""
+    X = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 1.0, 1.0]]))
+    y = np.array([1.0, 0.0])
+    p = ref.init_params(3, 0, 0.0, 0).astype(np.float64)
+    A = ref.init_accumulator(3, 0, 0.5)
+    ref.train_epoch(X, y, p, np.array([0]), 2, 1, 0.4, 8, A, 0.1)
+    d = np.array([-0.5, 0.5])                                # sigmoid(0) - y
+    g = X.T @ d
+    sq = X.multiply(X).T @ (d * d)
+    assert np.allclose(A.w, 0.5 + sq) and np.isclose(A.b, 0.5 + 0.5)
+    assert np.allclose(p.w, -0.1 * g / np.sqrt(0.5 + sq))
+    assert np.isclose(p.b, -0.4 / 8 * d.sum())
+
+
+def test_time_to_target():
+    from pipeline.train import History, time_to_target
+    h = History("flow", "ours")
+    for i, (vl, ms, gms) in enumerate([(0.60, 10.0, 4.0), (0.55, 12.0, 5.0), (0.54, 11.0, 6.0), (0.56, 9.0, 3.0)]):
+        h.records.append({"epoch": i + 1, "val_loss": vl, "epoch_ms": ms, "gpu_ms": gms})
+    t = time_to_target(h, 0.55, "val_loss", ("epoch_ms", "gpu_ms"))
+    assert t == {"epochs": 2.0, "epoch_ms": 22.0, "gpu_ms": 9.0}
+    assert time_to_target(h, 0.545, clocks=("gpu_ms",)) == {"epochs": 3.0, "gpu_ms": 15.0}
+    assert time_to_target(h, 0.7)["epochs"] == 1.0
+    for never in (0.5, float("nan")):
+        t = time_to_target(h, never, clocks=("epoch_ms",))
+        assert np.isnan(t["epochs"]) and np.isnan(t["epoch_ms"])
+    h.records[1]["val_loss"] = float("nan")                 # a non-finite epoch never counts as reached
+    assert time_to_target(h, 0.55)["epochs"] == 3.0
+
+
+def test_step_bound_and_strict_target():
+    from pipeline.models.wide.model import step_bound_ms, strict_target
+    from pipeline.train import History
+    assert step_bound_ms(4096, 1024, (1.0, 0.8)) == pytest.approx(4 * 1.0 / 1e3)        # 4 steps of 1 us
+    assert step_bound_ms(4097, 1024, (1.0, 0.4)) == pytest.approx(2 * 5 * 0.4 / 1e3)    # half windows overlap
+    assert np.isnan(step_bound_ms(4096, 1024, (float("nan"), float("nan"))))
+
+    def hist(name, final):
+        h = History(name, "x")
+        h.records.append({"val_loss": final + 0.1})
+        h.records.append({"val_loss": final})
+        return h
+    hs = {"flow": hist("flow", 0.52), "torch": hist("torch", 0.531), "stage": hist("stage", 0.53)}
+    t, src = strict_target(hs, "chunk", 0.003)
+    assert t == pytest.approx(0.533) and src.startswith("stage")
+    del hs["stage"]
+    assert strict_target(hs, "chunk", 0.003)[0] == pytest.approx(0.534)
+    t, src = strict_target({"cpu": hist("cpu", 0.4)}, "chunk", 0.01)
+    assert t == pytest.approx(0.41) and "no strict run" in src
+    assert strict_target({"cpu": hist("cpu", 0.4)}, "chunk", 0.01, 0.45) == (0.45, "model.target_loss")
+
+
+def test_report_on_cpu_keeps_its_names_and_adds_time_to_target(compose, tmp_path):
+    """The CPU run through the harness: the report's metric and series names (those before the move
+    onto pipeline.train.fit, and the time-to-quality ones), and the loss-against-time figure."""
+    from pipeline.context import make_context
+    from pipeline.models.wide.model import WideModel
+    cfg = compose(["model=wide_lr", "backend=cpu", "size=small", "progress=false", "epochs=3",
+                   f"cache_dir={tmp_path}", "model.target_loss=0.36"])
+    m = WideModel(cfg, make_context(cfg, tmp_path))
+    m.prepare()
+    m.execute()
+    m.verify()
+    rep = m.report()
+    for key in ("epoch_ms", "gpu_ms", "val_loss", "val_auc", "time_to_stop_s", "to_target_s", "to_target_gpu_s",
+                "to_target_epochs"):
+        assert f"summary/cpu/{key}" in rep.metrics, key
+    assert rep.metrics["summary/target_loss"] == 0.36 and rep.metrics["summary/objective"] > 0
+    h = m.hist["cpu"]
+    want = next(i + 1 for i, v in enumerate(h.series("val_loss")) if v <= 0.36)
+    assert rep.metrics["summary/cpu/to_target_epochs"] == want
+    assert rep.metrics["summary/cpu/to_target_s"] == pytest.approx(sum(h.series("epoch_ms")[:want]) / 1e3)
+    assert set(rep.series) == {"train_loss", "val_loss", "val_auc", "epoch_ms", "gpu_ms"}
+    assert all(len(v) == h.epochs == 3 for v in rep.series.values())
+    assert "loss_vs_time.png" in rep.figures and not rep.failures
+
+
 def test_logloss_stable_and_early_stop():
     z = np.array([-800.0, 0.0, 800.0])
     assert np.allclose(ref.logloss(z, np.array([0.0, 1.0, 1.0])), [0.0, np.log(2), 0.0])
@@ -206,6 +322,12 @@ def test_logloss_stable_and_early_stop():
     (["model=wide_fm", "model.edges_per_lane=-1"], "model.edges_per_lane"),
     (["model=wide_lr", "model.hot_cache=6"], "model.hot_cache"),
     (["model=wide_fm", "model.k=64", "model.hot_cache=1024"], "model.hot_cache"),     # 557 KB of shared memory
+    (["model=wide_lr", "model.optimizer=ftrl"], "model.optimizer"),
+    (["model=wide_lr", "model.optimizer=adagrad", "model.update=batch"], "model.update"),
+    (["model=wide_lr", "model.optimizer=adagrad", "model.design=chunk"], "model.design"),
+    (["model=wide_lr", "model.optimizer=adagrad", "model.adagrad_lr=0"], "model.adagrad_lr"),
+    (["model=wide_fm", "model.k=10", "model.optimizer=adagrad", "model.hot_cache=2048"], "model.hot_cache"),
+    (["model=wide_lr", "model.target_loss=-1"], "model.target_loss"),
 ])
 def test_config_errors(compose, overrides, key):
     from pipeline.config import validate

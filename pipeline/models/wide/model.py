@@ -182,9 +182,10 @@ class WideModel(Model):
                 self.trainers[v] = gpu.TorchTrainer(self.data, m, self.ctx)
         if "flow" in self.trainers:
             self.publish_us = gpu.publication_us(self.ctx)
-            self.ctx.notice(f"grid-wide publication of updates on this GPU: {self.publish_us[0]:.2f} us a step "
-                            f"({self.publish_us[1]:.2f} us overlapping the previous one); the dependent-step bound "
-                            f"of flow's epoch is x_of_step_bound's denominator")
+            if math.isfinite(self.publish_us[0]):
+                self.ctx.notice(f"grid-wide publication of updates on this GPU: {self.publish_us[0]:.2f} us a step "
+                                f"({self.publish_us[1]:.2f} us overlapping the previous one); the dependent-step "
+                                f"bound of flow's epoch is x_of_step_bound's denominator")
 
     def _trainer(self, v: str, update: str, optimizer: str = "sgd"):
         if v == "cpu":

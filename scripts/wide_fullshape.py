@@ -25,8 +25,8 @@ LR8 = ["model=wide_lr", "epochs=8", "model.baselines=[stage]"]
 RUNS = {
     "lr_paper": LR8,                                                          # 2 mini-batches in flight, SGD
     "lr_ada_w4": LR8 + ["model.optimizer=adagrad", "model.inflight_batches=4"],
-    "fm": ["model=wide_fm", "model.k=10", "epochs=3", "model.baselines=[stage]"],
-    "lr_ooc": ["model=wide_lr", "epochs=3", "model.baselines=[]", "model.device_budget_mb=560"],
+    "fm": ["model=wide_fm", "model.k=10", "epochs=3", "model.baselines=[stage]", "model.hot=256"],  # LR's cache
+    "lr_ooc": ["model=wide_lr", "epochs=3", "model.baselines=[]", "model.device_budget_mb=522"],
     "lr_chunk_mem": ["model=wide_lr", "epochs=3", "model.baselines=[]", "model.design=chunk"],
     "lr_ada_w2": LR8 + ["model.optimizer=adagrad", "model.inflight_batches=2"],
     "lr_ada_w8": LR8 + ["model.optimizer=adagrad", "model.inflight_batches=8"],
@@ -64,7 +64,21 @@ def main():
     ap.add_argument("--cache", default=str(ROOT / "outputs" / "cache"))
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--extra", nargs="*", default=[])
+    ap.add_argument("--prepare", action="store_true", help="only generate and preprocess the data into --cache")
     a = ap.parse_args()
+    if a.prepare:
+        sys.path.insert(0, str(ROOT))
+        from hydra import compose, initialize_config_dir
+        from pipeline.config import register_all
+        from pipeline.models.wide import prep
+        register_all()
+        with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+            cfg = compose(config_name="config", overrides=["model=wide_lr", *COMMON, f"cache_dir={a.cache}"])
+        t = time.time()
+        d = prep.prepare(cfg, "full", int(cfg.model.chunk), int(cfg.model.hot))
+        print(f"prepared {d.n} train rows, {d.Xtr.nnz} edges, {d.edge_bytes / 2**20:.0f} MiB of chunk edges "
+              f"in {time.time() - t:.0f} s", flush=True)
+        return
     if a.list:
         for k, v in RUNS.items():
             print(k, " ".join(v))

@@ -377,7 +377,9 @@ NVCC = __import__("shutil").which("nvcc")
                                   "-DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32", "-DK=3 -DC=4 -DWS=4 -DWEPL=1",
                                   "-DK=64 -DWS=1 -DWEPL=1 -DNSH=2 -DHSH=8 -DWPF=1",
                                   "-DWPF=1", "-DWS=2 -DWEPL=3 -DWPF=3", "-DK=10 -DWS=4 -DWEPL=7 -DWPF=1",
-                                  "-DWS=4 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256", "-DK=10 -DWS=4 -DWEPL=8 -DHC=64 -DWPF=1"])
+                                  "-DWS=4 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256", "-DK=10 -DWS=4 -DWEPL=8 -DHC=64 -DWPF=1",
+                                  "-DOPT=1 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256",
+                                  "-DOPT=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32"])
 def test_warp_kernel_compiles_without_spills(defs, tmp_path):
     """The warp design's kernels compile for sm_90 at the geometries the trainer picks, without
     local-memory spills (a spill would put a step's registers behind global memory latency)."""
@@ -691,6 +693,11 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
 def test_cli_wide_lr_cpu(cli):
     r = cli("model=wide_lr", "backend=cpu", "epochs=4", "batch_size=1024", check=True, timeout=120)
     assert "wide_lr (k=0) on a9a" in r.stdout and "cpu" in r.stdout
+
+
+def test_cli_wide_lr_cpu_adagrad(cli):
+    r = cli("model=wide_lr", "backend=cpu", "epochs=2", "model.optimizer=adagrad", check=True, timeout=120)
+    assert "adagrad" in r.stdout and "to_target_gpu_s" in r.stdout
 
 
 def test_cli_wide_fm_cpu(cli):

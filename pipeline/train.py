@@ -167,3 +167,24 @@ def speedups(rows: List[Dict[str, Any]], ours: Sequence[str], baselines: Sequenc
 def best_of(histories: Dict[str, History], metric: str) -> Dict[str, float]:
     """The best (max) value of ``metric`` over epochs for each trainer."""
     return {n: max(h.series(metric), default=math.nan) for n, h in histories.items()}
+
+
+def time_to_target(history: History, target: float, key: str = "val_loss",
+                   clocks: Sequence[str] = ("epoch_ms",)) -> Dict[str, float]:
+    """Time to quality: the first epoch after which ``key`` is at most ``target``, and the time the
+    trainer had spent by then on each clock (a per-epoch duration key of the records, summed over
+    the epochs up to and including that one). Returns ``{"epochs": e, <clock>: total, ...}``; all
+    NaN when the target was never reached (or is NaN)."""
+    out = {"epochs": math.nan, **{c: math.nan for c in clocks}}
+    if not math.isfinite(float(target)):
+        return out
+    totals = dict.fromkeys(clocks, 0.0)
+    for i, rec in enumerate(history.records):
+        for c in clocks:
+            totals[c] += float(rec.get(c, math.nan))
+        v = float(rec.get(key, math.nan))
+        if math.isfinite(v) and v <= target:
+            out["epochs"] = float(i + 1)
+            out.update(totals)
+            return out
+    return out

@@ -186,6 +186,122 @@ def test_gradients_against_finite_differences(k):
                 assert abs((L(q1) - L(q2)) / (2 * eps) - g.V[j, f]) < 1e-7
 
 
+@pytest.mark.parametrize("k", [0, 3])
+def test_adagrad_terms_against_finite_differences(k):
+    """AdaGrad's step terms: the gradient sum and the per-sample squared gradients of every
+    coordinate (w, b, V) against central differences of each sample's own loss."""
+    rng = np.random.default_rng(4)
+    X = small_csr(3, n=12, d=9).astype(np.float64)
+    X.data = rng.uniform(0.5, 2.0, X.nnz)                  # not all ones: x^2, x^3, x^4 differ from x
+    y = (rng.random(12) < 0.4).astype(np.float64)
+    p = ref.init_params(9, k, 0.3, 1).astype(np.float64)
+    p.w[:] = rng.standard_normal(9) * 0.5
+    p.b = -0.2
+    loss, gsum, sq = ref.step_terms(X, y, p)
+    assert abs(loss - ref.loss_and_grad(X, y, p)[0]) < 1e-12
+    eps = 1e-6
+
+    def per_sample(q):
+        return ref.logloss(ref.forward(X, q)[0], y)
+
+    def fd(bump):
+        q1, q2 = p.copy(), p.copy()
+        bump(q1, eps)
+        bump(q2, -eps)
+        return (per_sample(q1) - per_sample(q2)) / (2 * eps)
+    coords = [("b", None, fd(lambda q, e: setattr(q, "b", q.b + e)), gsum.b, sq.b)]
+    for j in range(9):
+        def bw(q, e, j=j):
+            q.w[j] += e
+        coords.append(("w", j, fd(bw), gsum.w[j], sq.w[j]))
+        for f in range(k):
+            def bv(q, e, j=j, f=f):
+                q.V[j, f] += e
+            coords.append(("V", (j, f), fd(bv), gsum.V[j, f], sq.V[j, f]))
+    for name, at, g_s, want_sum, want_sq in coords:
+        assert abs(g_s.sum() - want_sum) < 1e-7, (name, at)
+        assert abs((g_s ** 2).sum() - want_sq) < 1e-7, (name, at)
+    assert any(abs(c[4]) > 1e-3 for c in coords if c[0] == "V") or k == 0
+
+
+def test_adagrad_step_by_hand():
+    """One AdaGrad step: A += squares first, then w -= lr g / sqrt(A); the bias by SGD's step."""
+    X = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 1.0, 1.0]]))
+    y = np.array([1.0, 0.0])
+    p = ref.init_params(3, 0, 0.0, 0).astype(np.float64)
+    A = ref.init_accumulator(3, 0, 0.5)
+    ref.train_epoch(X, y, p, np.array([0]), 2, 1, 0.4, 8, A, 0.1)
+    d = np.array([-0.5, 0.5])                                # sigmoid(0) - y
+    g = X.T @ d
+    sq = X.multiply(X).T @ (d * d)
+    assert np.allclose(A.w, 0.5 + sq) and np.isclose(A.b, 0.5 + 0.5)
+    assert np.allclose(p.w, -0.1 * g / np.sqrt(0.5 + sq))
+    assert np.isclose(p.b, -0.4 / 8 * d.sum())
+
+
+def test_time_to_target():
+    from pipeline.train import History, time_to_target
+    h = History("flow", "ours")
+    for i, (vl, ms, gms) in enumerate([(0.60, 10.0, 4.0), (0.55, 12.0, 5.0), (0.54, 11.0, 6.0), (0.56, 9.0, 3.0)]):
+        h.records.append({"epoch": i + 1, "val_loss": vl, "epoch_ms": ms, "gpu_ms": gms})
+    t = time_to_target(h, 0.55, "val_loss", ("epoch_ms", "gpu_ms"))
+    assert t == {"epochs": 2.0, "epoch_ms": 22.0, "gpu_ms": 9.0}
+    assert time_to_target(h, 0.545, clocks=("gpu_ms",)) == {"epochs": 3.0, "gpu_ms": 15.0}
+    assert time_to_target(h, 0.7)["epochs"] == 1.0
+    for never in (0.5, float("nan")):
+        t = time_to_target(h, never, clocks=("epoch_ms",))
+        assert np.isnan(t["epochs"]) and np.isnan(t["epoch_ms"])
+    h.records[1]["val_loss"] = float("nan")                 # a non-finite epoch never counts as reached
+    assert time_to_target(h, 0.55)["epochs"] == 3.0
+
+
+def test_step_bound_and_strict_target():
+    from pipeline.models.wide.model import step_bound_ms, strict_target
+    from pipeline.train import History
+    assert step_bound_ms(4096, 1024, (1.0, 0.8)) == pytest.approx(4 * 1.0 / 1e3)        # 4 steps of 1 us
+    assert step_bound_ms(4097, 1024, (1.0, 0.4)) == pytest.approx(2 * 5 * 0.4 / 1e3)    # half windows overlap
+    assert np.isnan(step_bound_ms(4096, 1024, (float("nan"), float("nan"))))
+
+    def hist(name, final):
+        h = History(name, "x")
+        h.records.append({"val_loss": final + 0.1})
+        h.records.append({"val_loss": final})
+        return h
+    hs = {"flow": hist("flow", 0.52), "torch": hist("torch", 0.531), "stage": hist("stage", 0.53)}
+    t, src = strict_target(hs, "chunk", 0.003)
+    assert t == pytest.approx(0.533) and src.startswith("stage")
+    del hs["stage"]
+    assert strict_target(hs, "chunk", 0.003)[0] == pytest.approx(0.534)
+    t, src = strict_target({"cpu": hist("cpu", 0.4)}, "chunk", 0.01)
+    assert t == pytest.approx(0.41) and "no strict run" in src
+    assert strict_target({"cpu": hist("cpu", 0.4)}, "chunk", 0.01, 0.45) == (0.45, "model.target_loss")
+
+
+def test_report_on_cpu_keeps_its_names_and_adds_time_to_target(compose, tmp_path):
+    """The CPU run through the harness: the report's metric and series names (those before the move
+    onto pipeline.train.fit, and the time-to-quality ones), and the loss-against-time figure."""
+    from pipeline.context import make_context
+    from pipeline.models.wide.model import WideModel
+    cfg = compose(["model=wide_lr", "backend=cpu", "size=small", "progress=false", "epochs=3",
+                   f"cache_dir={tmp_path}", "model.target_loss=0.36"])
+    m = WideModel(cfg, make_context(cfg, tmp_path))
+    m.prepare()
+    m.execute()
+    m.verify()
+    rep = m.report()
+    for key in ("epoch_ms", "gpu_ms", "val_loss", "val_auc", "time_to_stop_s", "to_target_s", "to_target_gpu_s",
+                "to_target_epochs"):
+        assert f"summary/cpu/{key}" in rep.metrics, key
+    assert rep.metrics["summary/target_loss"] == 0.36 and rep.metrics["summary/objective"] > 0
+    h = m.hist["cpu"]
+    want = next(i + 1 for i, v in enumerate(h.series("val_loss")) if v <= 0.36)
+    assert rep.metrics["summary/cpu/to_target_epochs"] == want
+    assert rep.metrics["summary/cpu/to_target_s"] == pytest.approx(sum(h.series("epoch_ms")[:want]) / 1e3)
+    assert set(rep.series) == {"train_loss", "val_loss", "val_auc", "epoch_ms", "gpu_ms"}
+    assert all(len(v) == h.epochs == 3 for v in rep.series.values())
+    assert "loss_vs_time.png" in rep.figures and not rep.failures
+
+
 def test_logloss_stable_and_early_stop():
     z = np.array([-800.0, 0.0, 800.0])
     assert np.allclose(ref.logloss(z, np.array([0.0, 1.0, 1.0])), [0.0, np.log(2), 0.0])
@@ -206,6 +322,12 @@ def test_logloss_stable_and_early_stop():
     (["model=wide_fm", "model.edges_per_lane=-1"], "model.edges_per_lane"),
     (["model=wide_lr", "model.hot_cache=6"], "model.hot_cache"),
     (["model=wide_fm", "model.k=64", "model.hot_cache=1024"], "model.hot_cache"),     # 557 KB of shared memory
+    (["model=wide_lr", "model.optimizer=ftrl"], "model.optimizer"),
+    (["model=wide_lr", "model.optimizer=adagrad", "model.update=batch"], "model.update"),
+    (["model=wide_lr", "model.optimizer=adagrad", "model.design=chunk"], "model.design"),
+    (["model=wide_lr", "model.optimizer=adagrad", "model.adagrad_lr=0"], "model.adagrad_lr"),
+    (["model=wide_fm", "model.k=10", "model.optimizer=adagrad", "model.hot_cache=2048"], "model.hot_cache"),
+    (["model=wide_lr", "model.target_loss=-1"], "model.target_loss"),
 ])
 def test_config_errors(compose, overrides, key):
     from pipeline.config import validate
@@ -255,7 +377,9 @@ NVCC = __import__("shutil").which("nvcc")
                                   "-DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32", "-DK=3 -DC=4 -DWS=4 -DWEPL=1",
                                   "-DK=64 -DWS=1 -DWEPL=1 -DNSH=2 -DHSH=8 -DWPF=1",
                                   "-DWPF=1", "-DWS=2 -DWEPL=3 -DWPF=3", "-DK=10 -DWS=4 -DWEPL=7 -DWPF=1",
-                                  "-DWS=4 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256", "-DK=10 -DWS=4 -DWEPL=8 -DHC=64 -DWPF=1"])
+                                  "-DWS=4 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256", "-DK=10 -DWS=4 -DWEPL=8 -DHC=64 -DWPF=1",
+                                  "-DOPT=1 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256",
+                                  "-DOPT=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32"])
 def test_warp_kernel_compiles_without_spills(defs, tmp_path):
     """The warp design's kernels compile for sm_90 at the geometries the trainer picks, without
     local-memory spills (a spill would put a step's registers behind global memory latency)."""
@@ -337,7 +461,8 @@ float smem[1 << 16];
 float4 wsm4[1 << 14];
 extern "C" void emu_flow_warp(int grid, int block, const int* order, int n_order, const long long* indptr,
         const int* indices, const float* data, const float* y, int n, int nw, const float* P, const float* Psh,
-        const float* bb, float* T, float* Tsh, float* tb, int sw, float scale, double* loss) {
+        const float* bb, float* T, float* Tsh, float* tb, int sw, float scale, double* loss, float* A, float* Ash,
+        float ascale) {
     gridDim.x = grid; blockDim.x = block;
     std::barrier<> bar(32); g_bar = &bar;
     for (int b = 0; b < grid; b++)
@@ -345,7 +470,8 @@ extern "C" void emu_flow_warp(int grid, int block, const int* order, int n_order
             std::vector<std::thread> th;
             for (int l = 0; l < 32; l++)
                 th.emplace_back([=] { blockIdx.x = b; threadIdx.x = w * 32 + l;
-                    flow_warp(order, n_order, indptr, indices, data, y, n, nw, P, Psh, bb, T, Tsh, tb, sw, scale, loss); });
+                    flow_warp(order, n_order, indptr, indices, data, y, n, nw, P, Psh, bb, T, Tsh, tb, sw, scale, loss,
+                              A, Ash, ascale); });
             for (auto& t : th) t.join();
         }
 }
@@ -501,11 +627,77 @@ def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shar
     assert abs(loss * data.n / rows - want_loss) <= 1e-6
 
 
+@pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
+@pytest.mark.parametrize("k,shards,hot,inflight,hc", [
+    (0, 1, 0, 1, 0), (0, 8, 64, 4, 0), (10, 4, 32, 3, 0), (3, 2, 8, 4, 0), (0, 4, 64, 4, 32), (10, 2, 8, 2, 16)])
+def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards, hot, inflight, hc):
+    """model.optimizer=adagrad in the warp kernel (run on the host as above) with one sample a step
+    (chunk = warp_samples = 1) and the warps one after another: each sample's accumulator atomics
+    see every square before them, so the pass equals the reference's AdaGrad steps in that order,
+    with the hot rows and their accumulators spread over the shards, and through the hot-row cache."""
+    import sys
+    import types
+    from omegaconf import OmegaConf
+    import pipeline.gpu.kernels as kernels
+    import pipeline.gpu.transfer as transfer
+    from pipeline.models.wide import gpu
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    monkeypatch.setattr(kernels, "load", _HostKernels(tmp_path).load)
+    monkeypatch.setattr(transfer, "upload_all", lambda d: {key: np.ascontiguousarray(v) for key, v in d.items()})
+    X, y = ctr_synth.generate(2000, 4000, 40, 1)
+    X.data = np.random.default_rng(2).uniform(0.5, 2.0, X.nnz).astype(np.float32)
+    data = prep.from_arrays(prep.build_arrays(X[:-200], y[:-200], X[-200:], y[-200:], 1, 16, 0), 1, 16)
+    mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update="chunk", warp_samples=1,
+                               edges_per_lane=0, inflight=inflight, warps_per_block=1 if hc else 0,
+                               shards=shards, shard_hot=hot, chunk=1, prefetch=0, hot_cache=hc, spread=True,
+                               optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01))
+    tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
+    assert tr.adagrad and tr.geo["nw"] == inflight and tr.geo["smem"] == 16 * hc * tr.kp
+
+    class _Ev:
+        def record(self, *a):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def time_since(self, other):
+            return 0.0
+    tr._events = lambda: (_Ev(), _Ev())
+    rng = np.random.default_rng(k + shards)
+    p0 = ref.init_params(data.d, k, 0.05, 3)
+    p0.w = (rng.standard_normal(data.d) * 0.1).astype(np.float32)
+    p0.b = 0.3
+    tr.set_params(p0)
+    acc = ref.init_accumulator(data.d, k, 0.01)
+    if tr.nsh > 1:      # part of the hot rows' accumulators in the other shards (the sums unchanged)
+        A = tr.A.reshape(data.d, tr.kp)
+        A[:tr.hsh] -= 0.004 * (tr.nsh - 1)
+        tr.Ash[...] = 0.004
+    order = rng.permutation(data.n_chunks)[:60].astype(np.int32)
+    q = p0.astype(np.float64)
+    seq = np.concatenate([order[g::inflight] for g in range(inflight)])
+    want_loss = ref.train_epoch(data.Xtr, data.ytr, q, seq, 1, 1, 0.5, 256, acc, 0.05)
+    loss, _ = tr.epoch(order)
+    got, got_acc = tr.params(), tr.accumulators()
+    err = max(float(np.abs(got.w - q.w).max()), abs(got.b - q.b), float(np.abs(got.V - q.V).max()) if k else 0.0)
+    aerr = max(float(np.abs(got_acc.w - acc.w).max()), float(np.abs(got_acc.V - acc.V).max()) if k else 0.0)
+    assert float(np.abs(q.w - p0.w).max()) > 1e-3                    # it trained
+    assert err <= 2e-6, (tr.geo, err)
+    assert aerr <= 1e-5 * max(1.0, float(np.abs(acc.w).max())), (tr.geo, aerr)
+    assert abs(loss * data.n / len(order) - want_loss) <= 1e-6
+
+
 # ------------------------------------------------------------------------------- CLI
 
 def test_cli_wide_lr_cpu(cli):
     r = cli("model=wide_lr", "backend=cpu", "epochs=4", "batch_size=1024", check=True, timeout=120)
     assert "wide_lr (k=0) on a9a" in r.stdout and "cpu" in r.stdout
+
+
+def test_cli_wide_lr_cpu_adagrad(cli):
+    r = cli("model=wide_lr", "backend=cpu", "epochs=2", "model.optimizer=adagrad", check=True, timeout=120)
+    assert "adagrad" in r.stdout and "to_target_gpu_s" in r.stdout
 
 
 def test_cli_wide_fm_cpu(cli):

@@ -343,6 +343,9 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 #ifndef HC
 #define HC 0                                          // hot rows each block caches in shared memory
 #endif
+#ifndef OPT
+#define OPT 0                                         // optimiser of w and V: 0 SGD, 1 AdaGrad (the bias: SGD)
+#endif
 #define WG (32 / WS)                                  // lanes per sample
 #define KP ((K) > 0 ? (((K) + 4) & ~3) : 1)           // floats per packed parameter row
 #define BST 32                                        // float stride of the bias shards (own lines)
@@ -352,6 +355,7 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 static_assert(WS >= 1 && WS <= 32 && (WS & (WS - 1)) == 0, "WS: a power of two <= 32");
 static_assert(C % WS == 0, "C must be a multiple of WS");
 static_assert(WPF >= 1 && WPF <= 4, "WPF: 1..4");
+static_assert(OPT == 0 || OPT == 1, "OPT: 0 (SGD) or 1 (AdaGrad)");
 
 // Hot-row cache (HC > 0; the paper's importance-based model caching): a block holds the packed rows
 // of features 0..HC-1 in shared memory, PH (the model, shards summed) and GH (the block's gradient
@@ -360,9 +364,13 @@ static_assert(WPF >= 1 && WPF <= 4, "WPF: 1..4");
 // reloads PH. A hot edge then costs a shared-memory read and a shared-memory atomic instead of a
 // contended L2 gather and RED on one of the few lines every sample touches; hot rows are read as
 // of the start of the step, as the cold ones are gathered.
+// AdaGrad (OPT = 1) adds AH (the rows' accumulators as this block sees them: the model's at the step
+// start plus the block's squares since) and DH (the block's squares of the current step).
 extern __shared__ float4 wsm4[];
 #define PH (reinterpret_cast<float*>(wsm4))
 #define GH (PH + HC * KP)
+#define AH (GH + HC * KP)
+#define DH (AH + HC * KP)
 
 __device__ __forceinline__ bool cached(int f) { return CACHED && f < HC; }
 
@@ -405,6 +413,30 @@ __device__ __forceinline__ float* dst_row(float* T, float* Tsh, int f, int rs) {
     return T + (size_t)f * KP;
 }
 
+// AdaGrad (OPT = 1): the step of coordinate q of feature f's row for the per-sample gradient gg:
+// the accumulator takes gg^2 by an atomic that returns it (a hot cached row: the block's shared copy,
+// whose squares also go to DH for the step boundary; a sharded row: this warp's shard, plus the
+// other shards as they are now), so the step sees every square issued to the coordinate before it;
+// returns ascale * gg / sqrt(accumulator) (ascale = -adagrad_lr).
+__device__ __forceinline__ float ada_step(float* A, float* Ash, int f, int q, int rs, float gg, float ascale) {
+    const float sq = gg * gg;
+    float seen;
+    if (cached(f)) {
+        seen = atomicAdd(AH + f * KP + q, sq) + sq;
+        atomicAdd(DH + f * KP + q, sq);
+    } else {
+        seen = atomicAdd(dst_row(A, Ash, f, rs) + q, sq) + sq;
+#if SHARDED
+        if (f < HSH) {
+#pragma unroll
+            for (int r = 0; r < NSH; r++)
+                if (r != rs) seen += __ldcg((r == 0 ? A + (size_t)f * KP : Ash + ((size_t)(r - 1) * HSH + f) * KP) + q);
+        }
+#endif
+    }
+    return seen > 0.f ? ascale * gg / sqrtf(seen) : 0.f;
+}
+
 // LR: the gradient of one edge (the block's cache for a hot feature, else the row or its shard)
 __device__ __forceinline__ void red_w(float* T, float* Tsh, int f, int rs, float g) {
     if (cached(f)) atomicAdd(GH + f, g);
@@ -415,9 +447,13 @@ __device__ __forceinline__ void red_w(float* T, float* Tsh, int f, int rs, float
 // rsb) by coalesced REDs, GH = 0, PH = the model's hot rows (shards summed). A thread's entries are
 // loaded HSU at a time, all loads issued before the first is used: one L2 round trip, not one per entry.
 #define HSU 4
-__device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, const float* Psh, int rsb) {
+__device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, const float* Psh, int rsb,
+                                         float* A, float* Ash) {
     for (int i0 = threadIdx.x; i0 < HC * KP; i0 += HSU * blockDim.x) {
         float a[HSU];
+#if OPT
+        float c[HSU];
+#endif
 #pragma unroll
         for (int u = 0; u < HSU; u++) {
             const int i = i0 + u * blockDim.x;
@@ -429,10 +465,23 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
                     atomicAdd(dst_row(T, Tsh, f, rsb) + i % KP, g);
                 }
                 a[u] = __ldcg(P + i);
+#if OPT
+                const float s = DH[i];
+                if (s != 0.f) {
+                    DH[i] = 0.f;
+                    atomicAdd(dst_row(A, Ash, f, rsb) + i % KP, s);
+                }
+                c[u] = __ldcg(A + i);
+#endif
 #if SHARDED
                 if (f < HSH) {
 #pragma unroll
-                    for (int r = 0; r < NSH - 1; r++) a[u] += __ldcg(Psh + (size_t)r * HSH * KP + i);
+                    for (int r = 0; r < NSH - 1; r++) {
+                        a[u] += __ldcg(Psh + (size_t)r * HSH * KP + i);
+#if OPT
+                        c[u] += __ldcg(Ash + (size_t)r * HSH * KP + i);
+#endif
+                    }
                 }
 #endif
             }
@@ -440,7 +489,12 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
 #pragma unroll
         for (int u = 0; u < HSU; u++) {
             const int i = i0 + u * (int)blockDim.x;     // signed: no unsigned compare with HC = 0
-            if (i < HC * KP) PH[i] = a[u];
+            if (i < HC * KP) {
+                PH[i] = a[u];
+#if OPT
+                AH[i] = c[u];
+#endif
+            }
         }
     }
 }
@@ -501,14 +555,19 @@ __device__ __forceinline__ void accumulate(const float* p, float x, float& lin, 
 
 // FM: row of feature f (or its shard rs) += g * (x, x a2_q - v_q x^2): KP / 4 vector REDs (sm_90),
 // scalar atomics before Hopper; f < HC: scalar shared-memory atomics into the block's GH row instead
+// (AdaGrad: g is the sample's delta, and each component becomes its ada_step)
 __device__ __forceinline__ void red_row(float* T, float* Tsh, int f, int rs, const float* p, float x, float g,
-                                        const float* a2) {
+                                        const float* a2, float* A, float* Ash, float ascale) {
     float gr[KP];
     gr[0] = g * x;
 #pragma unroll
     for (int q = 0; q < K; q++) gr[1 + q] = g * (x * a2[q] - p[1 + q] * x * x);
 #pragma unroll
     for (int q = 1 + K; q < KP; q++) gr[q] = 0.f;
+#if OPT
+#pragma unroll
+    for (int q = 0; q < 1 + K; q++) gr[q] = ada_step(A, Ash, f, q, rs, gr[q], ascale);
+#endif
     if (cached(f)) {
 #pragma unroll
         for (int q = 0; q < 1 + K; q++) atomicAdd(GH + f * KP + q, gr[q]);
@@ -555,9 +614,11 @@ __device__ __forceinline__ void gather_rows(ROW* p, const int* cf, const float* 
 }
 
 // Apply of one step: gradient g * (x, x a2_q - v_q x^2) of each edge of the lane's sample, as REDs.
+// SGD: g = scale * delta; AdaGrad: g = delta (per-sample gradients, each coordinate's ada_step).
 __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long long c1, long long tail, int rs,
                                            const int* __restrict__ indices, const float* __restrict__ data,
-                                           const float* P, const float* Psh, float* T, float* Tsh, float g
+                                           const float* P, const float* Psh, float* T, float* Tsh, float g,
+                                           float* A, float* Ash, float ascale
 #if K > 0
                                            , const float (*p)[KP], const float* a2
 #endif
@@ -565,22 +626,25 @@ __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long 
 #if K == 0
 #pragma unroll
     for (int i = 0; i < WEPL; i++)
-        if (cx[i] != 0.f) red_w(T, Tsh, cf[i], rs, g * cx[i]);
+        if (cx[i] != 0.f) red_w(T, Tsh, cf[i], rs, OPT ? ada_step(A, Ash, cf[i], 0, rs, g * cx[i], ascale) : g * cx[i]);
     for (long long e = tail; e < c1; e += WG) {
         const float x = __ldcs(data + e);
-        if (x != 0.f) red_w(T, Tsh, __ldcs(indices + e), rs, g * x);
+        if (x != 0.f) {
+            const int f = __ldcs(indices + e);
+            red_w(T, Tsh, f, rs, OPT ? ada_step(A, Ash, f, 0, rs, g * x, ascale) : g * x);
+        }
     }
 #else
 #pragma unroll
     for (int i = 0; i < WEPL; i++)
-        if (cx[i] != 0.f) red_row(T, Tsh, cf[i], rs, p[i], cx[i], g, a2);
+        if (cx[i] != 0.f) red_row(T, Tsh, cf[i], rs, p[i], cx[i], g, a2, A, Ash, ascale);
     for (long long e = tail; e < c1; e += WG) {
         const int f = __ldcs(indices + e);
         const float x = __ldcs(data + e);
         if (x != 0.f) {
             float pt[KP];
             read_row(pt, P, Psh, f);
-            red_row(T, Tsh, f, rs, pt, x, g, a2);
+            red_row(T, Tsh, f, rs, pt, x, g, a2, A, Ash, ascale);
         }
     }
 #endif
@@ -592,7 +656,7 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
                                           int r, float yy, int j, int lane, int rs, const int* __restrict__ indices,
                                           const float* __restrict__ data, const float* P, const float* Psh,
                                           const float* bb, float* T, float* Tsh, float* tb, float scale,
-                                          double& lsum) {
+                                          float* A, float* Ash, float ascale, double& lsum) {
     const long long tail = c0 + (long long)WG * WEPL + j;
 #if K == 0
     const float* pv = p;
@@ -627,7 +691,7 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
     const float g = scale * d;                             // the same in all lanes of the group
     const float gsum = cross_sum(g);
     if (lane == 0 && gsum != 0.f) atomicAdd(tb + rs * BST, gsum);
-    if (g != 0.f) warp_apply(cf, cx, c1, tail, rs, indices, data, P, Psh, T, Tsh, g
+    if (g != 0.f) warp_apply(cf, cx, c1, tail, rs, indices, data, P, Psh, T, Tsh, OPT ? d : g, A, Ash, ascale
 #if K > 0
                              , p, a2
 #endif
@@ -636,7 +700,7 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
 }
 
 // Trains the units of the chunks order[0..n_order) with nw warps (warps past nw return at once, or,
-// with the hot-row cache, idle through the block's steps). Dynamic shared memory: 2 HC KP floats.
+// with the hot-row cache, idle through the block's steps). Dynamic shared memory: 2 HC KP floats (AdaGrad: 4).
 // update=chunk: T/Tsh/tb alias P/Psh/bb (asynchronous, shard_writes = 1); update=batch: T is a
 // gradient buffer (shard_writes = 0: every gradient to T and tb[0]) committed by warp_commit.
 extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
@@ -644,7 +708,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
                                      const float* __restrict__ data, const float* __restrict__ y, int n, int nw,
                                      const float* P, const float* Psh, const float* bb,
                                      float* T, float* Tsh, float* tb, int shard_writes, float scale,
-                                     double* loss_sum) {
+                                     double* loss_sum, float* A, float* Ash, float ascale) {
     const int gw = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5);
     if (!CACHED && gw >= nw) return;                       // whole warps (cached: they take part in barriers)
     const int lane = threadIdx.x & 31;
@@ -654,7 +718,12 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
     // steps: every warp of a block the same number when the block shares a hot-row cache
     const int steps = CACHED ? (n_units + nw - 1) / nw : (n_units - gw + nw - 1) / nw;
 #if CACHED
-    for (int i = threadIdx.x; i < HC * KP; i += blockDim.x) GH[i] = 0.f;
+    for (int i = threadIdx.x; i < HC * KP; i += blockDim.x) {
+        GH[i] = 0.f;
+#if OPT
+        DH[i] = 0.f;
+#endif
+    }
     const int rsb = shard_writes ? (int)(blockIdx.x % NSH) : 0;
 #endif
     // software pipeline over this warp's units u, u + nw, u + 2 nw, ...: at step t the edges and
@@ -684,7 +753,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
         gather_rows(p, ef[0], ex[0], P, Psh, false);      // cold rows: in flight during the boundary
 #if CACHED
         __syncthreads();                                   // the block's previous step is done
-        hot_sync(T, Tsh, P, Psh, rsb);
+        hot_sync(T, Tsh, P, Psh, rsb, A, Ash);
         __syncthreads();
         gather_rows(p, ef[0], ex[0], P, Psh, true);       // hot rows as of this step's start
 #endif
@@ -694,7 +763,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
         p1[WPF + 1] = rw[WPF + 1] >= 0 ? __ldg(indptr + rw[WPF + 1] + 1) : 0;
         rw[WPF + 2] = unit_row(order, u + (WPF + 2) * nw, n_units, n, grp);
         warp_step(ef[0], ex[0], p, p0[0], p1[0], rw[0], ey[0], j, lane, rs, indices, data, P, Psh, bb, T, Tsh, tb,
-                  scale, lsum);
+                  scale, A, Ash, ascale, lsum);
         __syncwarp();       // the next step's reads follow this step's updates of every lane of the warp
 #pragma unroll
         for (int a = 0; a < WPF + 2; a++) rw[a] = rw[a + 1];
@@ -709,7 +778,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
     }
 #if CACHED
     __syncthreads();
-    hot_sync(T, Tsh, P, Psh, rsb);                         // the last step's hot gradients
+    hot_sync(T, Tsh, P, Psh, rsb, A, Ash);                 // the last step's hot gradients
 #endif
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);

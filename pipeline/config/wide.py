@@ -9,6 +9,7 @@ from pipeline.data.ctr import FORMATS as CLICK_LOGS, layout_of   # criteo, avazu
 from pipeline.models.wide.variants import FM, HOT_CACHE_SMEM_MAX, LR, hot_cache_bytes
 
 UPDATES = ("chunk", "batch")
+OPTIMIZERS = ("sgd", "adagrad")
 DESIGNS = ("chunk", "warp")
 FORMATS = ("svmlight", "synth") + CLICK_LOGS
 
@@ -45,6 +46,11 @@ class WideConf(ModelConf):
     init_std: float = 0.01       # FM factors ~ N(0, init_std^2), seeded
     device_budget_mb: float = 0  # out-of-core when training data exceeds this (0: 60% of free memory)
     streams: int = 3             # buffers/streams of the out-of-core pipeline
+    optimizer: str = "sgd"       # flow and cpu: sgd | adagrad (per-coordinate steps; stage, torch: always sgd)
+    adagrad_lr: float = 0.02     # adagrad: per-sample step before the per-coordinate scaling
+    adagrad_init: float = 0.01   # adagrad: initial accumulator of squared gradients
+    target_loss: Optional[float] = None   # time to quality: target validation loss (None: strict SGD's + margin)
+    target_margin: float = 0.003 # time to quality: target = final val loss of strict mini-batch SGD + this
 
 
 @dataclass
@@ -120,8 +126,21 @@ def _check(cfg) -> None:
     require(0 <= m.prefetch <= 4, "model.prefetch", m.prefetch, "0 (auto) or 1..4 steps")
     require(0 <= m.hot_cache <= 8192 and m.hot_cache % 4 == 0, "model.hot_cache", m.hot_cache,
             "0 (none) or a multiple of 4 up to 8192 features")
-    require(hot_cache_bytes(m.hot_cache, m.k) <= HOT_CACHE_SMEM_MAX, "model.hot_cache", m.hot_cache,
-            f"fewer rows: with k={m.k} its two shared-memory copies must fit in {HOT_CACHE_SMEM_MAX // 1024} KB")
+    opt = m.get("optimizer", "sgd")
+    require(opt in OPTIMIZERS, "model.optimizer", opt, " or ".join(OPTIMIZERS))
+    ada = opt == "adagrad"
+    require(hot_cache_bytes(m.hot_cache, m.k, ada) <= HOT_CACHE_SMEM_MAX, "model.hot_cache", m.hot_cache,
+            f"fewer rows: with k={m.k} its {4 if ada else 2} shared-memory copies must fit in "
+            f"{HOT_CACHE_SMEM_MAX // 1024} KB")
+    if ada:
+        require(m["update"] == "chunk", "model.update", m["update"], "chunk (model.optimizer=adagrad steps per sample)")
+        require(m.design == "warp", "model.design", m.design, "warp (model.optimizer=adagrad is in the warp kernel)")
+    require(m.get("adagrad_lr", 1.0) > 0, "model.adagrad_lr", m.get("adagrad_lr"), "a positive step size")
+    require(m.get("adagrad_init", 1.0) >= 0, "model.adagrad_init", m.get("adagrad_init"), "a non-negative accumulator")
+    require(m.get("target_margin", 0.0) >= 0, "model.target_margin", m.get("target_margin"), "a non-negative loss margin")
+    tl = m.get("target_loss", None)
+    require(tl is None or tl > 0, "model.target_loss", tl, "null (strict SGD's final loss + model.target_margin) "
+            "or a positive log loss")
     require(m.init_std >= 0, "model.init_std", m.init_std, "a non-negative standard deviation")
     require(m.streams >= 1, "model.streams", m.streams, "a positive integer")
     d = cfg.dataset

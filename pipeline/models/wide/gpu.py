@@ -3,6 +3,7 @@
 baseline). Each trainer: ``set_params(p)``, ``epoch(order) -> (train_loss, gpu_ms)``, ``params()``."""
 from __future__ import annotations
 
+import math
 import time
 from typing import Dict, List, Tuple
 
@@ -253,8 +254,9 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     nsh = max(1, int(mc.shards))
     hsh = min(int(mc.shard_hot), data.d) if nsh > 1 else 0
     wpf = int(mc.get("prefetch", 0)) or (2 if kp * epl <= 48 else 1)   # registers: (wpf + 1) x epl edges
+    ada = str(mc.get("optimizer", "sgd")) == "adagrad"
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
-            "wpb": wpb, "kp": kp, "HC": hc, "smem": hot_cache_bytes(hc, k)}
+            "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "smem": hot_cache_bytes(hc, k, ada)}
 
 
 class FlowWarpTrainer(_Base):
@@ -278,8 +280,10 @@ class FlowWarpTrainer(_Base):
         from pipeline.gpu import kernels
         defines = dict(kernel_defines(mc, data))
         defines.update({k: geo[k] for k in ("WS", "WEPL", "NSH", "HSH", "WPF", "HC")})
+        if geo["OPT"]:
+            defines["OPT"] = geo["OPT"]
         self.mod = kernels.load("wide", "wide.cu", defines=defines)
-        self.train = self.mod.kernel("flow_warp", "PiPPPPiiPPPPPPifP")
+        self.train = self.mod.kernel("flow_warp", "PiPPPPiiPPPPPPifPPPf")
         kernels.require_block(self.train, 32 * max(1, min(geo["wpb"], geo["nw"])), "model.warps_per_block",
                               geo["wpb"], f"model.warps_per_block<={self.train.max_threads // 32} (0: auto)")
         self.commit = self.mod.kernel("warp_commit", "PiiPPPPPP")
@@ -287,6 +291,11 @@ class FlowWarpTrainer(_Base):
         self.P = cp.zeros(d * kp, cp.float32)
         self.Psh = cp.zeros(max(1, (self.nsh - 1) * self.hsh * kp), cp.float32)
         self.bb = cp.zeros(32 * self.nsh, cp.float32)
+        # AdaGrad: accumulators of per-sample squared gradients, laid out as P and Psh
+        self.adagrad = bool(geo["OPT"])
+        self.ada_lr, self.ada_init = float(mc.get("adagrad_lr", 0.0)), float(mc.get("adagrad_init", 0.0))
+        self.A = cp.zeros(d * kp if self.adagrad else 1, cp.float32)
+        self.Ash = cp.zeros(max(1, (self.nsh - 1) * self.hsh * kp) if self.adagrad else 1, cp.float32)
         self.update = str(mc["update"])
         if self.update == "batch":
             self.Gr = cp.zeros(d * kp, cp.float32)
@@ -314,7 +323,8 @@ class FlowWarpTrainer(_Base):
 
     def describe(self) -> str:
         g = self.geo
-        return (f"flow design=warp: {g['nw']} warps in flight x {g['WS']} sample(s) ({g['WG']} lanes each, "
+        return (f"flow design=warp{', adagrad' if self.adagrad else ''}: {g['nw']} warps in flight x {g['WS']} "
+                f"sample(s) ({g['WG']} lanes each, "
                 f"{g['WEPL']} edges/lane in registers, loaded {g['WPF']} steps ahead), {g['wpb']} warps/block, "
                 f"hot rows {g['HSH']} x {g['NSH']} shards, {g['HC']} hot rows cached per block, "
                 f"packed rows of {self.kp} floats" + (f", rows past {self.keep} spread" if self.row is not None else ""))
@@ -330,6 +340,9 @@ class FlowWarpTrainer(_Base):
         self.Psh.fill(0)
         self.bb.fill(0)
         self.bb[0] = float(p.b)
+        if self.adagrad:
+            self.A.fill(self.ada_init)
+            self.Ash.fill(0)
 
     def _fold(self) -> None:
         """Add the shards into shard 0 (the sum, i.e. the model, is unchanged); between launches."""
@@ -337,6 +350,10 @@ class FlowWarpTrainer(_Base):
             P = self.P.reshape(self.data.d, self.kp)
             P[:self.hsh] += self.Psh.reshape(self.nsh - 1, self.hsh, self.kp).sum(0)
             self.Psh.fill(0)
+            if self.adagrad:
+                A = self.A.reshape(self.data.d, self.kp)
+                A[:self.hsh] += self.Ash.reshape(self.nsh - 1, self.hsh, self.kp).sum(0)
+                self.Ash.fill(0)
         b = self.bb[::32].sum()
         self.bb.fill(0)
         self.bb[0] = b
@@ -349,6 +366,14 @@ class FlowWarpTrainer(_Base):
         b = float(self.bb[:1].get()[0])
         return Params(P[:, 0].copy(), b, P[:, 1:1 + self.k].copy() if self.k else None)
 
+    def accumulators(self) -> Params:
+        """AdaGrad's accumulators of w and V, in feature order (the bias has none: it steps by SGD)."""
+        self._fold()
+        A = self.A.reshape(self.data.d, self.kp).get()
+        if self.row is not None:
+            A = A[self.row]
+        return Params(A[:, 0].copy(), float("nan"), A[:, 1:1 + self.k].copy() if self.k else None)
+
     def _launch(self, order_dev, n_order, target, shard_writes, scale, nw):
         g = self.geo
         wpb = max(1, min(g["wpb"], nw))
@@ -356,7 +381,8 @@ class FlowWarpTrainer(_Base):
         T, Tsh, tb = target
         self.train((grid,), (32 * wpb,), order_dev, np.int32(n_order), self.dev["indptr"], self.dev["indices"],
                    self.dev["data"], self.dev["y"], np.int32(self.data.n), np.int32(nw), self.P, self.Psh, self.bb,
-                   T, Tsh, tb, np.int32(shard_writes), np.float32(scale), self.loss, shared=g["smem"])
+                   T, Tsh, tb, np.int32(shard_writes), np.float32(scale), self.loss, self.A, self.Ash,
+                   np.float32(-self.ada_lr), shared=g["smem"])
 
     def epoch(self, order: np.ndarray) -> Tuple[float, float]:
         cp, data = self.cp, self.data
@@ -518,3 +544,41 @@ class TorchTrainer:
         end.record()
         end.synchronize()
         return float(total.item()) / self.data.n, start.elapsed_time(end)
+
+
+_PUBLISH: Dict[int, Tuple[float, float]] = {}
+
+
+def publication_us(ctx, steps: int = 2000) -> Tuple[float, float]:
+    """Microseconds a grid-wide publication of updates takes on this GPU: one block per SM (all
+    co-resident) runs ``steps`` steps of ``p_chain`` (``cuda/wide/probe.cu``) with no hot rows, each a
+    release-add to an arrival counter and acquire polls until every block has published that step
+    (lag 0: a grid barrier), or the step before (lag 1: a step may overlap the previous
+    publication). Returns (lag 0, lag 1) us a step, measured once per process and device
+    (``pipeline.timing.time_cuda``, the run's bench policy)."""
+    dev = int(ctx.device.index) if ctx.device is not None else 0
+    if dev in _PUBLISH:
+        return _PUBLISH[dev]
+    import os
+    if os.environ.get("CUDA_INJECTION64_PATH"):
+        # under a CUDA tool (compute-sanitizer, a profiler): its instrumentation would be measured, and
+        # the spinning grid barrier may not have every block resident
+        ctx.notice("a CUDA tool is attached (CUDA_INJECTION64_PATH): the grid-wide publication latency is not "
+                   "measured, x_of_step_bound is NaN")
+        _PUBLISH[dev] = (math.nan, math.nan)
+        return _PUBLISH[dev]
+    import cupy as cp
+    from pipeline.gpu import kernels
+    from pipeline.timing import time_cuda
+    chain = kernels.load("wide", "probe.cu").kernel("p_chain", "iiPiiP")
+    sm = ctx.device.sm_count if ctx.device else 132
+    counter = cp.zeros(1, cp.uint32)
+    hot = cp.zeros(1, cp.float32)
+    out = []
+    for lag in (0, 1):
+        def run(lag=lag):
+            counter.fill(0)
+            chain((sm,), (256,), np.int32(steps), np.int32(lag), hot, np.int32(0), np.int32(1), counter)
+        out.append(time_cuda(run, ctx.cfg.bench).median_ms / steps * 1e3)
+    _PUBLISH[dev] = (out[0], out[1])
+    return _PUBLISH[dev]

@@ -1,10 +1,13 @@
 """model=wide_lr / model=wide_fm: cuWide training of LR and FM, the chosen variant and its baselines
-trained from the same initialisation on the same data and chunk orders, per-epoch losses, AUC and
-times, early stopping, speedups from the same run, and loss-against-time plots."""
+trained from the same initialisation on the same data and chunk orders through the training
+harness (:func:`pipeline.train.fit`): per-epoch losses, AUC and times, early stopping, speedups from
+the same run, both floors of a flow epoch (one pass over the bytes; the dependent steps at its
+staleness), time to a target validation loss, and loss-against-time plots."""
 from __future__ import annotations
 
+import math
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -13,20 +16,27 @@ from pipeline.models.wide import prep
 from pipeline.models.wide import reference as ref
 from pipeline.models.wide.variants import BY_MODEL, LR
 from pipeline.results import Report
+from pipeline.train import BASELINE, OURS, History, fit, speedups, time_to_target
 
 GPU_NAMES = LR.names("cuda")      # wide_lr and wide_fm have the same variants
+STRICT = ("stage", "torch")       # strict mini-batch SGD, whatever model.update and model.optimizer say
 
 
 class CpuTrainer:
-    """The float64 NumPy/SciPy reference as a trainer."""
+    """The float64 NumPy/SciPy reference as a trainer (SGD, or AdaGrad with ``optimizer="adagrad"``)."""
 
-    def __init__(self, data: prep.WideData, mc, update: str):
+    def __init__(self, data: prep.WideData, mc, update: str, optimizer: str = "sgd"):
         self.data, self.lr = data, float(mc.lr)
         self.per = ref.chunks_per_step(update, int(mc.batch_size), data.chunk)
         self.denom = max(1, int(mc.batch_size) // data.chunk) * data.chunk if update == "chunk" else 0
+        self.adagrad = optimizer == "adagrad"
+        self.ada_lr = float(mc.get("adagrad_lr", 0.0))
+        self.ada_init = float(mc.get("adagrad_init", 0.0))
+        self.k = int(mc.k)
 
     def set_params(self, p: ref.Params) -> None:
         self.p = p.astype(np.float64)
+        self.acc = ref.init_accumulator(self.data.d, self.k, self.ada_init) if self.adagrad else None
 
     def params(self) -> ref.Params:
         return self.p
@@ -34,13 +44,72 @@ class CpuTrainer:
     def epoch(self, order):
         t0 = time.perf_counter()
         loss = ref.train_epoch(self.data.Xtr, self.data.ytr, self.p, order, self.data.chunk, self.per, self.lr,
-                               self.denom)
+                               self.denom, self.acc, self.ada_lr)
         return loss, (time.perf_counter() - t0) * 1e3
 
 
 def semantics(variant: str, update: str) -> str:
     """flow and cpu follow model.update; stage and torch always train strict mini-batches."""
     return update if variant in ("flow", "cpu") else "batch"
+
+
+def optimizer_of(variant: str, optimizer: str) -> str:
+    """flow and cpu follow model.optimizer; stage and torch always train with SGD."""
+    return optimizer if variant in ("flow", "cpu") else "sgd"
+
+
+class WideTrainer:
+    """One variant as a harness trainer (:class:`pipeline.train.Trainer`): an epoch trains the chunks
+    in the epoch's seeded order (the same for every variant), ``stats`` gives the training loss and
+    the device time of the epoch's kernels (``gpu_ms``), ``evaluate`` the validation loss and AUC."""
+
+    def __init__(self, name: str, kind: str, inner, data: prep.WideData, seed: int, shuffle: bool):
+        self.name, self.kind, self.inner, self.data = name, kind, inner, data
+        self.seed, self.shuffle = seed, shuffle
+        self.work_per_epoch = data.n
+        self.last: Tuple[float, float] = (math.nan, math.nan)
+
+    def epoch(self, index: int, progress) -> None:
+        order = ref.epoch_order(self.data.n_chunks, self.seed, index, self.shuffle)
+        self.last = self.inner.epoch(order)
+        progress(self.data.n)
+
+    def stats(self) -> Dict[str, float]:
+        out = {"train_loss": self.last[0], "gpu_ms": self.last[1]}
+        ov = getattr(self.inner, "overlap", None)
+        if getattr(self.inner, "out_of_core", False) and ov:
+            out["overlap"] = ov[-1]
+        return out
+
+    def evaluate(self) -> Dict[str, float]:
+        vl, auc = ref.evaluate(self.data.Xva, self.data.yva, self.inner.params())
+        return {"val_loss": vl, "val_auc": auc}
+
+
+def step_bound_ms(n: int, in_flight: int, publish_us: Tuple[float, float]) -> float:
+    """The least an epoch of n samples costs with ``in_flight`` samples in flight: ceil(n / W)
+    dependent steps, each at least one grid-wide publication of updates (``publish_us[0]``, a grid
+    barrier), or twice as many half-window steps that may overlap the previous publication
+    (``publish_us[1]``); the smaller of the two. NaN without a measurement."""
+    steps = -(-int(n) // max(1, int(in_flight)))
+    t0, t1 = (float(x) for x in publish_us)
+    cands = [v for v in (steps * t0, 2 * steps * t1) if math.isfinite(v) and v > 0]
+    return min(cands) / 1e3 if cands else math.nan
+
+
+def strict_target(hist: Dict[str, History], update: str, margin: float, given=None) -> Tuple[float, str]:
+    """(target validation loss, where it comes from): ``given`` (model.target_loss) when set, else
+    the final validation loss of strict mini-batch SGD in this run (stage, else torch, else cpu when
+    it trains strict mini-batches, else cpu's own updates, said so) + ``margin``."""
+    if given is not None:
+        return float(given), "model.target_loss"
+    for v in STRICT:
+        if v in hist and hist[v].epochs:
+            return hist[v].last("val_loss") + margin, f"{v} (strict mini-batch SGD) + {margin:g}"
+    if "cpu" in hist and hist["cpu"].epochs:
+        how = "strict mini-batch SGD" if update == "batch" else f"update={update}: no strict run here"
+        return hist["cpu"].last("val_loss") + margin, f"cpu ({how}) + {margin:g}"
+    return math.nan, "no strict mini-batch run"
 
 
 class WideModel(Model):
@@ -71,8 +140,10 @@ class WideModel(Model):
             ctx.notice(f"val_auc is undefined (nan): every one of the {len(self.data.yva)} validation rows has "
                        f"label {classes[0]:g} and AUC needs both classes; the validation loss is unaffected")
         self.update = str(m["update"])
+        self.optimizer = str(m.get("optimizer", "sgd"))
         self.epochs = int(m.epochs)
         self.trainers: Dict[str, object] = {}
+        self.publish_us: Tuple[float, float] = (math.nan, math.nan)
 
     def budget_bytes(self) -> int:
         mb = float(self.cfg.model.device_budget_mb)
@@ -83,6 +154,7 @@ class WideModel(Model):
         return int(0.6 * free)
 
     def transfer(self) -> None:
+        from pipeline.errors import ConfigError
         from pipeline.models.wide import gpu
         m = self.cfg.model
         for v in self.ours + self.baselines:
@@ -92,6 +164,10 @@ class WideModel(Model):
                     self.trainers[v] = gpu.FlowWarpTrainer(self.data, m, self.ctx)
                     self.ctx.notice(self.trainers[v].describe())
                     continue
+                if self.optimizer != "sgd":
+                    raise ConfigError(f"model.optimizer={self.optimizer} needs the training data on the device "
+                                      f"(design=warp), which exceeds the device budget: raise model.device_budget_mb "
+                                      f"or use model.optimizer=sgd")
                 self.ctx.notice("flow: design=warp keeps the training data on the device, which exceeds the device "
                                 "budget; using design=chunk (out of core)")
             if v == "flow":
@@ -104,83 +180,90 @@ class WideModel(Model):
                 self.trainers[v] = gpu.StageTrainer(self.data, m, self.ctx)
             elif v == "torch":
                 self.trainers[v] = gpu.TorchTrainer(self.data, m, self.ctx)
+        if "flow" in self.trainers:
+            self.publish_us = gpu.publication_us(self.ctx)
+            if math.isfinite(self.publish_us[0]):
+                self.ctx.notice(f"grid-wide publication of updates on this GPU: {self.publish_us[0]:.2f} us a step "
+                                f"({self.publish_us[1]:.2f} us overlapping the previous one); the dependent-step "
+                                f"bound of flow's epoch is x_of_step_bound's denominator")
 
-    def _trainer(self, v: str, update: str):
+    def _trainer(self, v: str, update: str, optimizer: str = "sgd"):
         if v == "cpu":
-            return CpuTrainer(self.data, self.cfg.model, update)
+            return CpuTrainer(self.data, self.cfg.model, update, optimizer)
         return self.trainers[v]
 
-    def train(self, v: str, update: str, live: bool = False) -> Dict[str, List[float]]:
+    def train(self, v: str, update: str, live: bool = False, optimizer: Optional[str] = None) -> History:
         cfg, m, data = self.cfg, self.cfg.model, self.data
-        tr = self._trainer(v, update)
-        tr.set_params(ref.init_params(data.d, int(m.k), float(m.init_std), int(cfg.seed)))
-        h = {k: [] for k in ("train_loss", "val_loss", "val_auc", "epoch_ms", "gpu_ms", "time_s")}
-        elapsed = 0.0
-        bar = self.ctx.progress(range(self.epochs), desc=f"{m.name}/{v}", total=self.epochs)
-        for e in bar:
-            order = ref.epoch_order(data.n_chunks, int(cfg.seed), e, bool(m.shuffle))
-            t0 = time.perf_counter()
-            tl, gms = tr.epoch(order)
-            ems = (time.perf_counter() - t0) * 1e3
-            elapsed += ems / 1e3
-            vl, auc = ref.evaluate(data.Xva, data.yva, tr.params())
-            for k, x in zip(h, (tl, vl, auc, ems, gms, elapsed)):
-                h[k].append(float(x))
+        opt = optimizer if optimizer is not None else optimizer_of(v, self.optimizer)
+        inner = self._trainer(v, update, opt)
+        inner.set_params(ref.init_params(data.d, int(m.k), float(m.init_std), int(cfg.seed)))
+        kind = OURS if v in self.ours else BASELINE
+        tr = WideTrainer(v, kind, inner, data, int(cfg.seed), bool(m.shuffle))
+        window, early = int(m.window), bool(m.early_stop)
+        pre = "" if v == self.ours[0] else f"{v}/"
+
+        def stop(h: History) -> str:
             if live:      # under the names report() gives the series
-                pre = "" if v == self.ours[0] else f"{v}/"
-                self.ctx.log_epoch({pre + k: h[k][-1] for k in ("train_loss", "val_loss", "val_auc", "epoch_ms",
-                                                                "gpu_ms")}, e)
-            if hasattr(bar, "set_postfix"):
-                bar.set_postfix(train=f"{tl:.4f}", val=f"{vl:.4f}", auc=f"{auc:.4f}")
-            if not np.isfinite(vl):
-                break
-            if m.early_stop and ref.should_stop(h["val_loss"], int(m.window)):
-                break
-        h["stopped_early"] = [float(len(h["val_loss"]) < self.epochs)]
-        if v == "flow" and getattr(tr, "out_of_core", False):
-            h["overlap"] = list(tr.overlap)
-        return h
+                rec = h.records[-1]
+                self.ctx.log_epoch({pre + k: rec[k] for k in ("train_loss", "val_loss", "val_auc", "epoch_ms",
+                                                              "gpu_ms") if k in rec}, h.epochs - 1)
+            if early and ref.should_stop(h.series("val_loss"), window):
+                return f"early stop: validation loss above the mean of the previous {window} epochs"
+            return ""
+        return fit(self.ctx, [tr], self.epochs, stop=stop, watch=("val_loss",), desc=f"{m.name}/{v}")[v]
 
     def execute(self) -> None:
-        self.hist: Dict[str, Dict[str, List[float]]] = {}
+        self.hist: Dict[str, History] = {}
         for v in self.ours + self.baselines:
             self.hist[v] = self.train(v, semantics(v, self.update), live=True)
 
     def verify(self) -> None:
         self.failures: List[str] = []
         self.refs: Dict[str, float] = {}
+        self.dloss: Dict[str, float] = {}
         tol = float(self.cfg.model.tolerance)
         if "cpu" not in self.hist:
             return
-        self.refs[semantics("cpu", self.update)] = self.hist["cpu"]["val_loss"][-1]
+
+        def key(v):
+            return (semantics(v, self.update), optimizer_of(v, self.optimizer))
+        self.refs[key("cpu")] = self.hist["cpu"].last("val_loss")
         for v, h in self.hist.items():
             if v == "cpu":
                 continue
-            sem = semantics(v, self.update)
-            if sem not in self.refs:
-                self.refs[sem] = self.train("cpu", sem)["val_loss"][-1]
-            d = abs(h["val_loss"][-1] - self.refs[sem])
-            h["dloss"] = [d]
+            sem, opt = key(v)
+            if (sem, opt) not in self.refs:
+                self.refs[sem, opt] = self.train("cpu", sem, optimizer=opt).last("val_loss")
+            d = abs(h.last("val_loss") - self.refs[sem, opt])
+            self.dloss[v] = d
             if not np.isfinite(d) or d > tol:
-                self.failures.append(f"{v}: final validation log loss {h['val_loss'][-1]:.5f} differs from the "
-                                     f"cpu reference ({sem} updates) {self.refs[sem]:.5f} by {d:.4f} > {tol}")
+                how = sem if opt == "sgd" else f"{sem}, {opt}"
+                self.failures.append(f"{v}: final validation log loss {h.last('val_loss'):.5f} differs from the "
+                                     f"cpu reference ({how} updates) {self.refs[sem, opt]:.5f} by {d:.4f} > {tol}")
 
     def report(self) -> Report:
         m, data = self.cfg.model, self.data
         rows = []
-        med = {v: float(np.median(h["epoch_ms"])) for v, h in self.hist.items()}
-        gmed = {v: float(np.median(h["gpu_ms"])) for v, h in self.hist.items()}
+        med = {v: h.median("epoch_ms") for v, h in self.hist.items()}
+        gmed = {v: h.median("gpu_ms") for v, h in self.hist.items()}
         floor_ms = None
         if self.ctx.peaks is not None:
             floor_ms = data.edge_bytes / self.ctx.peaks.bandwidth() * 1e3
+        target, target_src = strict_target(self.hist, self.update, float(m.get("target_margin", 0.003)),
+                                           m.get("target_loss", None))
         for v, h in self.hist.items():
-            r = {"variant": v, "kind": "ours" if v in self.ours else "baseline", "updates": semantics(v, self.update),
-                 "epochs": len(h["val_loss"]), "early_stop": "yes" if h["stopped_early"][0] else "no",
-                 "train_loss": h["train_loss"][-1], "val_loss": h["val_loss"][-1], "val_auc": h["val_auc"][-1],
-                 "epoch_ms": med[v], "gpu_ms": gmed[v], "to_stop_s": h["time_s"][-1]}
-            if "dloss" in h:
-                r["dloss_vs_cpu"] = h["dloss"][0]
-                r["ok"] = h["dloss"][0] <= float(m.tolerance)
+            r = {"variant": v, "kind": h.kind, "updates": semantics(v, self.update),
+                 "optimizer": optimizer_of(v, self.optimizer), "epochs": h.epochs,
+                 "early_stop": "yes" if h.epochs < self.epochs else "no",
+                 "train_loss": h.last("train_loss"), "val_loss": h.last("val_loss"), "val_auc": h.last("val_auc"),
+                 "epoch_ms": med[v], "gpu_ms": gmed[v], "to_stop_s": h.last("time_s")}
+            if v in self.dloss:
+                r["dloss_vs_cpu"] = self.dloss[v]
+                r["ok"] = self.dloss[v] <= float(m.tolerance)
+            tt = time_to_target(h, target, "val_loss", ("epoch_ms", "gpu_ms"))
+            r["to_target_epochs"] = tt["epochs"]
+            r["to_target_s"] = tt["epoch_ms"] / 1e3
+            r["to_target_gpu_s"] = tt["gpu_ms"] / 1e3
             if floor_ms and v == "flow":
                 r["x_of_floor"] = gmed[v] / floor_ms
             if v in self.trainers:
@@ -189,16 +272,22 @@ class WideModel(Model):
                 w = self.trainers[v].in_flight
                 r["in_flight"] = w
                 r["us_per_step"] = gmed[v] * 1e3 / -(-data.n // w)
-            if "overlap" in h:
-                r["overlap"] = float(np.median(h["overlap"]))
-            for b in self.baselines:
-                if b != v and b in med:
-                    r[f"x_vs_{b}"] = gmed[b] / gmed[v] if v != "cpu" and b != "cpu" else med[b] / med[v]
+                if v == "flow":
+                    bound = step_bound_ms(data.n, w, self.publish_us)
+                    r["step_bound_ms"] = bound
+                    r["x_of_step_bound"] = gmed[v] / bound if bound > 0 else math.nan
+            ov = [x for x in h.series("overlap") if math.isfinite(x)]
+            if ov:
+                r["overlap"] = float(np.median(ov))
             rows.append(r)
-        cols = ["variant", "kind", "updates", "epochs", "early_stop", "train_loss", "val_loss", "val_auc",
-                "dloss_vs_cpu", "ok", "epoch_ms", "gpu_ms", "to_stop_s", "x_of_floor", "in_flight", "us_per_step",
-                "overlap"] + \
-            [f"x_vs_{b}" for b in self.baselines]
+        # x_vs_<b>: device time between GPU variants, wall time where the cpu reference is one of the two
+        speedups(rows, self.ours, self.baselines, "epoch_ms")
+        speedups([r for r in rows if r["variant"] != "cpu"], self.ours, [b for b in self.baselines if b != "cpu"],
+                 "gpu_ms")
+        cols = ["variant", "kind", "updates", "optimizer", "epochs", "early_stop", "train_loss", "val_loss", "val_auc",
+                "dloss_vs_cpu", "ok", "epoch_ms", "gpu_ms", "to_stop_s", "to_target_epochs", "to_target_s",
+                "to_target_gpu_s", "x_of_floor", "x_of_step_bound", "step_bound_ms", "in_flight", "us_per_step",
+                "overlap"] + [f"x_vs_{b}" for b in self.baselines]
         rep = Report(rows=rows, columns=cols, failures=self.failures,
                      title=f"{m.name} (k={m.k}) on {self.cfg.dataset.name}: {data.n} train / {data.Xva.shape[0]} val "
                            f"rows, {data.d} features, {data.Xtr.nnz / max(data.n, 1):.1f} nnz/row")
@@ -206,36 +295,59 @@ class WideModel(Model):
         for v, h in self.hist.items():
             pre = "" if v == main else f"{v}/"
             for k in ("train_loss", "val_loss", "val_auc", "epoch_ms", "gpu_ms"):
-                rep.series[pre + k] = h[k]
+                rep.series[pre + k] = h.series(k)
             rep.metrics[f"summary/{v}/epoch_ms"] = med[v]
             rep.metrics[f"summary/{v}/gpu_ms"] = gmed[v]
-            rep.metrics[f"summary/{v}/val_loss"] = h["val_loss"][-1]
-            rep.metrics[f"summary/{v}/val_auc"] = h["val_auc"][-1]
-            rep.metrics[f"summary/{v}/time_to_stop_s"] = h["time_s"][-1]
+            rep.metrics[f"summary/{v}/val_loss"] = h.last("val_loss")
+            rep.metrics[f"summary/{v}/val_auc"] = h.last("val_auc")
+            rep.metrics[f"summary/{v}/time_to_stop_s"] = h.last("time_s")
         for r in rows:
             for k, x in r.items():
-                if k.startswith("x_vs_") or k in ("x_of_floor", "overlap", "in_flight", "us_per_step"):
+                if k.startswith("x_vs_") or k in ("x_of_floor", "overlap", "in_flight", "us_per_step", "x_of_step_bound",
+                                                  "step_bound_ms", "to_target_epochs", "to_target_s",
+                                                  "to_target_gpu_s"):
                     rep.metrics[f"summary/{r['variant']}/{k}"] = float(x)
         if floor_ms:
             rep.metrics["summary/floor_ms"] = floor_ms
-        rep.metrics["summary/objective"] = self.hist[main]["val_loss"][-1]
-        rep.notes.append(f"flow updates: {self.update} (stage/torch: strict mini-batches of "
-                         f"{max(1, int(m.batch_size) // data.chunk) * data.chunk} samples)")
-        rep.figures["loss_vs_time.png"] = loss_plot(self.hist, f"{m.name} on {self.cfg.dataset.name}")
+        if math.isfinite(self.publish_us[0]):
+            rep.metrics["summary/publish_us"] = self.publish_us[0]
+            rep.metrics["summary/publish_overlap_us"] = self.publish_us[1]
+        rep.metrics["summary/target_loss"] = target
+        rep.metrics["summary/objective"] = self.hist[main].last("val_loss")
+        rep.notes.append(f"flow updates: {self.update}, optimizer {self.optimizer} (stage/torch: strict mini-batches "
+                         f"of {max(1, int(m.batch_size) // data.chunk) * data.chunk} samples, SGD)")
+        rep.notes.append(f"time to quality: target validation loss {target:.5f} from {target_src}; to_target_s sums "
+                         f"the epochs' training time (wall), to_target_gpu_s their device time, evaluation excluded")
+        if not self.ctx.cuda:
+            rep.notes.append("x_of_floor, x_of_step_bound: not on the CPU backend (they need the GPU's copy bandwidth "
+                             "and grid-wide publication latency)")
+        elif math.isfinite(self.publish_us[0]):
+            rep.notes.append(f"x_of_floor = flow GPU time / one pass over the edge bytes at the copy bandwidth; "
+                             f"x_of_step_bound = flow GPU time / (n / in_flight dependent steps x "
+                             f"{self.publish_us[0]:.2f} us a grid-wide publication, measured at run start)")
+        rep.figures["loss_vs_time.png"] = loss_plot(self.hist, f"{m.name} on {self.cfg.dataset.name}", target)
         return rep
 
 
-def loss_plot(hist, title):
+def loss_plot(hist: Dict[str, History], title: str, target: float = math.nan):
+    """Validation loss against cumulative training time of every variant: wall time (left) and
+    device time (right; the CPU reference's is its wall time), with the target loss."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for v, h in hist.items():
-        ax.plot(h["time_s"], h["val_loss"], marker="o", ms=3, label=f"{v} (val)")
-    ax.set_xscale("log")
-    ax.set_xlabel("training time (s, wall, evaluation excluded)")
-    ax.set_ylabel("validation log loss")
-    ax.set_title(title)
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, clock, label in ((axes[0], "epoch_ms", "training time (s, wall, evaluation excluded)"),
+                             (axes[1], "gpu_ms", "training time (s, device)")):
+        for v, h in hist.items():
+            t = np.cumsum([x if math.isfinite(x) else 0.0 for x in h.series(clock)]) / 1e3
+            ax.plot(t, h.series("val_loss"), marker="o", ms=3, label=f"{v} (val)")
+        if math.isfinite(target):
+            ax.axhline(target, color="grey", ls="--", lw=1, label=f"target {target:.4f}")
+        ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("validation log loss")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
     fig.tight_layout()
     return fig

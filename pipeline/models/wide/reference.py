@@ -11,6 +11,16 @@ and SGD does theta -= lr * g.  Semantics:
   * chunk: every chunk is its own step, chunks in order, each applying its share of a mini-batch
     (lr * gradient sum / (chunks per batch x chunk)); the flow kernel with update=chunk runs the
     chunks asynchronously (as the authors' preview kernel, which is batch_size = chunk = 32).
+
+Optimisers (``model.optimizer``): ``sgd`` as above; ``adagrad``: per-coordinate steps for w and V
+scaled by an accumulator A of per-sample squared gradients (initialised to ``model.adagrad_init``),
+the bias keeping SGD's step. A step of the samples S with gradient sum g_j of coordinate j does
+  A_j += sum_{s in S} (d loss_s / d theta_j)^2,   then   theta_j -= adagrad_lr * g_j / sqrt(A_j)
+(a per-sample step: no division by the batch). The flow kernel adds each sample's square with an
+atomic that returns the accumulator, so a coordinate's step sees every square issued to it before,
+however stale the forward's parameters are: a hot coordinate, which all samples in flight update
+at once, gets ever smaller steps, a rare one keeps large ones (with one sample a step, the kernel's
+order is the reference's).
 """
 from __future__ import annotations
 
@@ -72,6 +82,47 @@ def loss_and_grad(X: sp.csr_matrix, y: np.ndarray, p: Params):
     return float(logloss(z, y).mean()), Params(gw, float(delta.mean()), gV), z
 
 
+def step_terms(X: sp.csr_matrix, y: np.ndarray, p: Params):
+    """(mean loss, gradient sum, per-sample squared gradient sum) of a step's samples, the last two as
+    Params: gsum_j = sum_s d loss_s / d theta_j, sq_j = sum_s (d loss_s / d theta_j)^2. Per sample
+    (delta = p - y): d/dw_j = delta x_j, d/db = delta, d/dV_jq = delta (x_j XV_q - V_jq x_j^2)."""
+    n = X.shape[0]
+    z, XV, X2 = forward(X, p)
+    delta = sigmoid(z) - y
+    d2 = delta * delta
+    Xsq = X.multiply(X).tocsr() if X2 is None else X2
+    gw = np.asarray(X.T @ delta)
+    sw = np.asarray(Xsq.T @ d2)
+    gV = sV = None
+    if p.V is not None:
+        V = p.V.astype(np.float64)
+        gV = np.asarray(X.T @ (delta[:, None] * XV)) - np.asarray(X2.T @ delta)[:, None] * V
+        X3 = X2.multiply(X).tocsr()
+        X4 = X2.multiply(X2).tocsr()
+        sV = (np.asarray(X2.T @ (d2[:, None] * XV * XV)) - 2 * V * np.asarray(X3.T @ (d2[:, None] * XV))
+              + V * V * np.asarray(X4.T @ d2)[:, None])
+    loss = float(logloss(z, y).mean()) if n else 0.0
+    return loss, Params(gw, float(delta.sum()), gV), Params(sw, float(d2.sum()), sV)
+
+
+def init_accumulator(d: int, k: int, init: float) -> Params:
+    """AdaGrad's accumulators (one per coordinate: w, b, V), all ``init``."""
+    return Params(np.full(d, init, np.float64), float(init), np.full((d, k), init, np.float64) if k else None)
+
+
+def adagrad_step(p: Params, A: Params, gsum: Params, sq: Params, lr: float, lr_bias: float,
+                 cols: Optional[np.ndarray] = None) -> None:
+    """A += sq, then theta -= lr * gsum / sqrt(A) for w and V; b -= lr_bias * gsum.b (in place)."""
+    at = slice(None) if cols is None else cols
+    A.w[at] += sq.w
+    p.w[at] -= lr * gsum.w / np.sqrt(np.maximum(A.w[at], 1e-300))
+    if p.V is not None:
+        A.V[at] += sq.V
+        p.V[at] -= lr * gsum.V / np.sqrt(np.maximum(A.V[at], 1e-300))
+    A.b += sq.b
+    p.b -= lr_bias * gsum.b
+
+
 def sgd_step(p: Params, g: Params, lr: float, cols: Optional[np.ndarray] = None) -> None:
     if cols is None:
         p.w -= lr * g.w
@@ -97,10 +148,12 @@ def chunks_per_step(update: str, batch_size: int, chunk: int) -> int:
 
 
 def train_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, order: np.ndarray, chunk: int, per_step: int,
-                lr: float, chunk_denom: int = 0) -> float:
+                lr: float, chunk_denom: int = 0, acc: Optional[Params] = None, ada_lr: float = 0.0) -> float:
     """One epoch in place; returns the mean training loss (each sample's loss before its step).
     ``chunk_denom`` > 0 (update=chunk): each chunk's step is lr * sum(grad) / chunk_denom, i.e. its
-    share of a mini-batch of ``chunk_denom`` samples applied at once."""
+    share of a mini-batch of ``chunk_denom`` samples applied at once. ``acc`` (AdaGrad's
+    accumulators, :func:`init_accumulator`, updated in place): AdaGrad steps of ``ada_lr`` for w and
+    V instead of SGD (the bias keeps SGD's step)."""
     total, cnt = 0.0, 0
     n = X.shape[0]
     for i in range(0, len(order), per_step):
@@ -112,10 +165,14 @@ def train_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, order: np.ndarray, c
             rows = np.concatenate([np.arange(c * chunk, min((c + 1) * chunk, n)) for c in cs])
             Xb, yb = X[rows], y[rows]
         Xc, cols, pc = compact(Xb, p)
-        loss, g, _ = loss_and_grad(Xc, yb, pc)
+        if acc is not None:
+            loss, gsum, sq = step_terms(Xc, yb, pc)
+            adagrad_step(p, acc, gsum, sq, ada_lr, lr / (chunk_denom or Xb.shape[0]), cols)
+        else:
+            loss, g, _ = loss_and_grad(Xc, yb, pc)
+            sgd_step(p, g, lr * Xb.shape[0] / chunk_denom if chunk_denom else lr, cols)
         total += loss * Xb.shape[0]
         cnt += Xb.shape[0]
-        sgd_step(p, g, lr * Xb.shape[0] / chunk_denom if chunk_denom else lr, cols)
     return total / max(cnt, 1)
 
 

@@ -417,18 +417,37 @@ def test_config_imports_only_the_variant_registries_of_models():
 
 
 def _suite_configs():
-    import importlib
-    out = []
-    for pkg in sorted(p.name for p in (ROOT / "pipeline" / "models").iterdir() if (p / "__init__.py").is_file()):
-        mod = importlib.import_module(f"pipeline.models.{pkg}")
-        for what in ("GPU_SUITE", "SANITIZE"):
-            out += [(f"{pkg}.{what}[{i}]", list(ov)) for i, ov in enumerate(getattr(mod, what, []))]
-    return out
+    from pipeline import suite
+    return [(f"conf/suite/{name}.yaml:{part}[{i}]", ov) for name, s in suite.load_all().items()
+            for part in suite.PARTS for i, ov in enumerate(getattr(s, part))]
 
 
 @pytest.mark.parametrize("name, overrides", _suite_configs(), ids=[n for n, _ in _suite_configs()])
 def test_benchmark_and_sanitizer_configs_pass_the_checks(compose, name, overrides):
-    """Every run of the GPU benchmark suite and the sanitizer list composes and validates (a knob its
-    model does not use would be refused only on the GPU machine otherwise)."""
+    """Every run of the GPU suite's lists (conf/suite/*.yaml: benchmarks and sanitizer configs)
+    composes and validates, without running (a knob its model does not use would be refused only on
+    the GPU machine otherwise)."""
     cfg = composed(compose, overrides, name)
     validate(cfg)
+
+
+def test_every_model_package_has_a_suite_and_suite_files_are_checked(tmp_path):
+    """Each model package with GPU code has conf/suite/<pkg>.yaml with benchmark and sanitizer runs;
+    a malformed suite file is a one-line error naming the file and the key."""
+    from pipeline import suite
+    pkgs = sorted(p.name for p in (ROOT / "pipeline" / "models").iterdir() if (p / "gpu.py").is_file())
+    have = suite.load_all()
+    for pkg in pkgs:
+        assert pkg in have and have[pkg].bench and have[pkg].sanitize, f"conf/suite/{pkg}.yaml: bench and sanitize"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("bench:\n  - model=bcm\nsanitise:\n  - model=bcm\n")
+    with pytest.raises(ConfigError, match="bad.yaml: unknown key 'sanitise'"):
+        suite.load(bad)
+    bad.write_text("bench:\n  - [model=bcm, block_size=16]\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: bench\[0\] must be one run's overrides on one line"):
+        suite.load(bad)
+    ok = tmp_path / "mine.yaml"
+    ok.write_text("bench:\n  - model=bcm block_size=16\n    model.layers=[A,B]\n")
+    assert suite.load(ok).bench == [["model=bcm", "block_size=16", "model.layers=[A,B]"]]
+    with pytest.raises(ConfigError, match="no suite nope"):
+        suite.load_all(["nope"])

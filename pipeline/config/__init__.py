@@ -15,15 +15,14 @@ import importlib
 import pkgutil
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, ClassVar, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from pipeline.errors import ConfigError
+from pipeline.root import PROJECT_ROOT  # noqa: F401  (also read from here by older code)
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class Backend(enum.Enum):

@@ -120,8 +120,8 @@ class BcmCnnModel(Model):
             variants = ["cpu_fft"]
         self.variants = list(dict.fromkeys(variants))
         self.train, self.test = datasets.load(cfg, self.dataset, ctx.size, int(cfg.seed))
-        n = len(self.train.y)
-        self.samples_per_epoch = (n // min(int(m.batch_size), n)) * min(int(m.batch_size), n)
+        n, bs = len(self.train.y), min(int(m.batch_size), len(self.train.y))
+        self.samples_per_epoch = n // bs * bs           # for the progress bar (full batches only)
         self.spec = ARCHS[self.dataset]
         self.input_shape = tuple(self.train.x.shape[1:])
         ks = [int(k) for k in (list(m.block_sizes) or [m.block_size])]

@@ -21,7 +21,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.config import PROJECT_ROOT, register_all, schema_class, unknown_key_message
+from pipeline.config import register_all, schema_class, unknown_key_message
+from pipeline.root import CONF_DIR
 from pipeline.errors import PipelineError
 from pipeline.isolated_jobs import quiet_schema_warning
 from pipeline.tracking import SweepAbort
@@ -29,7 +30,7 @@ from pipeline.tracking import SweepAbort
 register_all()
 
 
-@hydra.main(version_base="1.3", config_path=str(PROJECT_ROOT / "conf"), config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def _job(cfg: DictConfig) -> float:
     from hydra.core.hydra_config import HydraConfig
     from pipeline import runner

@@ -11,7 +11,8 @@ enqueues the work and returns its outputs. :func:`measure` then, for every varia
    (:func:`pipeline.timing.time_interleaved`: warm-up, repeats, median, IQR);
 3. derives achieved GB/s and GFLOP/s from the variant's cost model and the fraction of the
    device's measured peak, and the speedup of each variant over each baseline from the same
-   rounds (the median of per-round ratios, with their spread and a ``ratio_unstable`` flag).
+   rounds (:func:`pipeline.timing.speedups`: the median of per-round ratios, with their spread and
+   a ``ratio_unstable`` flag).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from pipeline.context import Context
 from pipeline.gpu.transfer import to_host
+from pipeline.timing import speedups, time_interleaved
 
 
 @dataclass
@@ -99,7 +101,6 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
     ``x_vs_<b>`` is the median of the per-round ratios ``b``'s time / the variant's time;
     ``ratio_spread`` the largest of their interquartile ranges over their medians, and
     ``ratio_unstable`` is set (with a notice) when it exceeds ``bench.ratio_spread``."""
-    from pipeline.timing import time_interleaved
     rows: List[Dict[str, Any]] = []
     limit = float(ctx.cfg.bench.get("ratio_spread", RATIO_SPREAD))
     total = len(cases) * len(variants)
@@ -152,17 +153,8 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
                     floor = max(c.bytes / ctx.peaks.bandwidth(), c.flops / ctx.peaks.flops(c.precision))
                     row["pct_peak"] = 100.0 * floor / sec
         del runs, alive
-        index = {r["variant"]: i for i, r in enumerate(case_rows)}
-        for i, r in enumerate(case_rows):
-            spreads = []
-            for b in speedup_over:
-                if b in index and b != r["variant"]:
-                    ratio = timed.ratio(index[b], i)
-                    r[f"x_vs_{b}"] = ratio.median
-                    spreads.append(ratio.spread)
-            if spreads:
-                r["ratio_spread"] = max(spreads)
-                r["ratio_unstable"] = "yes" if r["ratio_spread"] > limit else "no"
+        speedups(case_rows, [v.name for v in variants if v.kind == "ours"], speedup_over,
+                 rounds=timed, spread_limit=limit)
         unstable = [r["variant"] for r in case_rows if r.get("ratio_unstable") == "yes" and r["kind"] != "floor"]
         if unstable:
             ctx.notice(f"{case.name}: ratios of {', '.join(unstable)} vary by more than {100 * limit:.0f} % "
@@ -179,7 +171,7 @@ def launch_floor() -> Variant:
     are on): the least any one-kernel variant can measure on this device. Kind ``floor``: never
     checked or ranked; its ``x_vs_<baseline>`` is the largest ratio a one-kernel design could show."""
     def build(case: Case, ctx):
-        from pipeline.timing import hold_kernel
+        from pipeline.gpu.timer import hold_kernel
         k = hold_kernel()
 
         def run():

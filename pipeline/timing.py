@@ -5,24 +5,26 @@ cuBLAS handles stay out of the numbers), then timed calls until at least ``min_r
 ``min_time_ms`` of measured time (at most ``max_repeats``). Reported: median, interquartile range,
 minimum and count.
 
-On the GPU the number is device time: before each timed call a short "hold" kernel
-(``cuda/common/hold.cu``) keeps the stream busy while the host issues the call, so an idle GPU does
-not count the host's launch latency (a few microseconds, which would otherwise dominate kernels that
-take one or two). The hold lasts twice the host's issue time measured in the warm-up (at least
-20 us); calls that take the host longer than ``HOLD_MAX_US`` to issue (host-synchronising work) are
-timed without it. ``bench.hold: false`` turns it off (then the host's issue time is included).
+This module is backend-neutral; the CUDA side (the hold kernel that keeps an idle GPU from
+counting the host's launch latency, the CUDA-event timers) is :mod:`pipeline.gpu.timer`, imported
+only when the backend is ``cuda``.
 
 Variants that are compared are timed together (:func:`time_interleaved`): in rounds, each round
 timing every variant in turn (the order reversed every other round: A B B A A B ...), so that load
 that comes and goes on the machine lands on all of them alike. A ratio between two variants is
 taken round by round; the spread of those per-round ratios says whether the comparison was stable.
+:func:`speedups` turns either (per-round ratios, or one number per variant such as an epoch time)
+into the ``x_vs_<baseline>`` columns every model reports.
+
+Intervals of work that are not repeated calls (a training epoch, the layers of a step) are timed
+with :class:`Interval` (one interval) and :class:`IntervalSum` (many, summed).
 """
 from __future__ import annotations
 
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -44,12 +46,13 @@ class Timing:
         return f"{self.median_ms:.4f} ms (IQR {self.iqr_ms:.4f}, n={self.n})"
 
 
-def _policy(bench):
+def policy(bench):
+    """(warmup, min_repeats, max_repeats, min_time_ms) of a ``bench`` config node."""
     return (int(bench.warmup), int(bench.min_repeats), int(bench.max_repeats), float(bench.min_time_ms))
 
 
 def time_cpu(fn: Callable[[], object], bench) -> Timing:
-    warmup, min_rep, max_rep, min_ms = _policy(bench)
+    warmup, min_rep, max_rep, min_ms = policy(bench)
     for _ in range(warmup):
         fn()
     samples: List[float] = []
@@ -60,55 +63,6 @@ def time_cpu(fn: Callable[[], object], bench) -> Timing:
         dt = (time.perf_counter() - t0) * 1e3
         samples.append(dt)
         total += dt
-    return Timing.of(samples)
-
-
-HOLD_MIN_US = 20.0
-HOLD_MAX_US = 2000.0
-
-
-def hold_kernel():
-    from pipeline.gpu import kernels
-    return kernels.load("common", "hold.cu").kernel("hold_ns", "Q")
-
-
-def time_cuda(fn: Callable[[], object], bench, stream=None) -> Timing:
-    """Time ``fn`` (which enqueues device work on ``stream``, default the null stream) with CUDA
-    events recorded around every call (each after a hold kernel, see the module's docstring);
-    events are read in batches so the host does not stall the queue between calls."""
-    import pycuda.driver as drv
-
-    warmup, min_rep, max_rep, min_ms = _policy(bench)
-    issue_us = []
-    for _ in range(max(warmup, 1)):
-        t0 = time.perf_counter()
-        fn()
-        issue_us.append((time.perf_counter() - t0) * 1e6)
-        drv.Context.synchronize()
-    host_us = float(np.median(issue_us))
-    hold = None
-    if getattr(bench, "hold", True) and host_us <= HOLD_MAX_US:
-        hold = hold_kernel()
-        hold_ns = np.uint64(max(HOLD_MIN_US, 2.0 * host_us) * 1e3)
-    samples: List[float] = []
-    total = 0.0
-    batch = 5
-    while len(samples) < max_rep and (len(samples) < min_rep or total < min_ms):
-        pairs = []
-        for _ in range(min(batch, max_rep - len(samples))):
-            start, end = drv.Event(), drv.Event()
-            if hold is not None:
-                hold((1,), (1,), hold_ns, stream=stream)
-            start.record(stream)
-            fn()
-            end.record(stream)
-            pairs.append((start, end))
-        pairs[-1][1].synchronize()
-        for start, end in pairs:
-            dt = end.time_since(start)
-            samples.append(dt)
-            total += dt
-        batch = min(50, batch * 2)
     return Timing.of(samples)
 
 
@@ -157,53 +111,6 @@ class _CpuClock:
         return out
 
 
-class _CudaClock:
-    """Each call after a hold kernel on its stream, between CUDA events; the context is
-    synchronised after a function's calls of a round, so functions on different streams never
-    overlap."""
-
-    def __init__(self, bench, streams):
-        import pycuda.driver as drv
-        self.drv = drv
-        self.use_hold = getattr(bench, "hold", True)
-        self.streams = streams
-        self.hold_ns = {}
-        self.hold = None
-
-    def warm(self, fn, n, i=0):
-        drv = self.drv
-        issue, dev = [], []
-        for _ in range(max(n, 1)):
-            start, end = drv.Event(), drv.Event()
-            t0 = time.perf_counter()
-            start.record(self.streams[i])
-            fn()
-            end.record(self.streams[i])
-            issue.append((time.perf_counter() - t0) * 1e6)
-            drv.Context.synchronize()
-            dev.append(end.time_since(start))
-        host_us = float(np.median(issue))
-        if self.use_hold and host_us <= HOLD_MAX_US:
-            if self.hold is None:
-                self.hold = hold_kernel()
-            self.hold_ns[i] = np.uint64(max(HOLD_MIN_US, 2.0 * host_us) * 1e3)
-        return float(np.median(dev))
-
-    def sample(self, fn, calls, i=0):
-        drv, stream = self.drv, self.streams[i]
-        pairs = []
-        for _ in range(calls):
-            start, end = drv.Event(), drv.Event()
-            if i in self.hold_ns:
-                self.hold((1,), (1,), self.hold_ns[i], stream=stream)
-            start.record(stream)
-            fn()
-            end.record(stream)
-            pairs.append((start, end))
-        drv.Context.synchronize()
-        return [end.time_since(start) for start, end in pairs]
-
-
 def time_interleaved(fns: Sequence[Callable[[], object]], bench, backend: str = "cpu",
                      streams: Optional[Sequence] = None) -> Interleaved:
     """Time several functions side by side, in rounds (see the module's docstring).
@@ -214,10 +121,11 @@ def time_interleaved(fns: Sequence[Callable[[], object]], bench, backend: str = 
     function is called ``ceil(n / R)`` times a round, so a fast kernel is not timed as rarely as a
     slow one nor a slow one as often as a fast one. Rounds are added (at most ``R`` more) while a
     function is short of ``min_time_ms`` because the warm-up underestimated it."""
-    warmup, min_rep, max_rep, min_ms = _policy(bench)
+    warmup, min_rep, max_rep, min_ms = policy(bench)
     k = len(fns)
     if backend == "cuda":
-        clock = _CudaClock(bench, list(streams) if streams is not None else [None] * k)
+        from pipeline.gpu.timer import CudaClock
+        clock = CudaClock(bench, list(streams) if streams is not None else [None] * k)
         warm = lambda i: clock.warm(fns[i], warmup, i)              # noqa: E731
         sample = lambda i, c: clock.sample(fns[i], c, i)            # noqa: E731
     else:
@@ -243,7 +151,20 @@ def time_interleaved(fns: Sequence[Callable[[], object]], bench, backend: str = 
 
 
 def timer_for(backend: str):
-    return time_cuda if backend == "cuda" else time_cpu
+    """``time_cuda`` (:mod:`pipeline.gpu.timer`) on the GPU, :func:`time_cpu` on the CPU."""
+    if backend == "cuda":
+        from pipeline.gpu.timer import time_cuda
+        return time_cuda
+    return time_cpu
+
+
+def __getattr__(name: str):
+    """``pipeline.timing.time_cuda`` / ``hold_kernel`` / ``HOLD_*_US``: the CUDA side, which lives
+    in :mod:`pipeline.gpu.timer` (imported on first use, not with this module)."""
+    if name in ("time_cuda", "hold_kernel", "HOLD_MIN_US", "HOLD_MAX_US"):
+        from pipeline.gpu import timer
+        return getattr(timer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Interval:
@@ -253,22 +174,82 @@ class Interval:
 
     def __init__(self, backend: str, stream=None):
         self.cuda = backend == "cuda"
-        self.stream = stream
+        if self.cuda:
+            from pipeline.gpu.timer import CudaInterval
+            self._clock = CudaInterval(stream)
 
     def start(self) -> None:
         if self.cuda:
-            import pycuda.driver as drv
-            from pipeline.gpu.graphs import current_stream
-            if self.stream is None:
-                self.stream = current_stream()
-            self._a, self._b = drv.Event(), drv.Event()
-            self._a.record(self.stream)
+            self._clock.start()
         else:
             self._t0 = time.perf_counter()
 
     def stop(self) -> float:
         if self.cuda:
-            self._b.record(self.stream)
-            self._b.synchronize()
-            return float(self._b.time_since(self._a))
+            return self._clock.stop()
         return (time.perf_counter() - self._t0) * 1e3
+
+
+class IntervalSum:
+    """Many intervals of work summed (e.g. the linear layers of every training step): ``t =
+    start()`` ... ``stop(t)`` around each, without waiting for the device; ``total_ms()`` waits once
+    and returns the sum so far; ``reset()`` starts again. CUDA events on ``stream`` (default: the
+    stream our launches use) on the GPU, ``perf_counter`` on the CPU."""
+
+    def __init__(self, backend: str, stream=None):
+        self.cuda = backend == "cuda"
+        if self.cuda:
+            from pipeline.gpu.timer import CudaIntervalSum
+            self._clock = CudaIntervalSum(stream)
+        self.ms = 0.0
+
+    def start(self):
+        return self._clock.start() if self.cuda else time.perf_counter()
+
+    def stop(self, token) -> None:
+        if self.cuda:
+            self._clock.stop(token)
+        else:
+            self.ms += (time.perf_counter() - token) * 1e3
+
+    def total_ms(self) -> float:
+        return self._clock.total_ms() if self.cuda else self.ms
+
+    def reset(self) -> None:
+        if self.cuda:
+            self._clock.reset()
+        self.ms = 0.0
+
+
+def speedups(rows: List[Dict[str, Any]], ours: Sequence[str], baselines: Sequence[str], col: str = "median_ms",
+             key: str = "variant", rounds: Optional[Interleaved] = None,
+             spread_limit: Optional[float] = None) -> List[Dict[str, Any]]:
+    """Add ``x_vs_<b>`` (how many times faster than baseline ``b``) to every row but ``b``'s own
+    (ours and the other baselines alike); returns ``rows``. The one place a speedup is computed.
+
+    Without ``rounds``: ``rows[b][col] / row[col]``; rows missing ``col`` or with a non-positive
+    value (or a non-finite baseline value) get none. With ``rounds`` (what :func:`time_interleaved`
+    measured, ``rows[i]`` being its function ``i``): the median of the per-round ratios, and
+    ``ratio_spread`` = the largest of their interquartile ranges over their medians; with
+    ``spread_limit`` also ``ratio_unstable`` ("yes" when the spread exceeds it, else "no").
+    ``ours`` names our variants; it does not filter."""
+    index = {r[key]: i for i, r in enumerate(rows)}
+    for i, r in enumerate(rows):
+        spreads = []
+        for b in baselines:
+            if b == r[key] or b not in index:
+                continue
+            if rounds is not None:
+                ratio = rounds.ratio(index[b], i)
+                r[f"x_vs_{b}"] = ratio.median
+                spreads.append(ratio.spread)
+                continue
+            v, bv = r.get(col), rows[index[b]].get(col)
+            if v is None or bv is None or not (float(v) > 0) or not math.isfinite(float(bv)):
+                continue
+            r[f"x_vs_{b}"] = float(bv) / float(v)
+        if spreads:
+            r["ratio_spread"] = max(spreads)
+            if spread_limit is not None:
+                r["ratio_unstable"] = "yes" if r["ratio_spread"] > spread_limit else "no"
+    return rows

@@ -15,8 +15,9 @@ An entry of ``trainers`` may also be a zero-argument callable that builds the tr
 when its turn comes and dropped after, so only one trainer's (device) memory is held at a time.
 
 :func:`fit` times each epoch with :class:`pipeline.timing.Interval` (CUDA events on the GPU,
-``perf_counter`` on the CPU) and returns one :class:`History` per trainer; :func:`speedups` turns
-rows of a results table into ``x_vs_<baseline>`` columns.
+``perf_counter`` on the CPU) and returns one :class:`History` per trainer; :func:`speedups` (the
+same function as :func:`pipeline.timing.speedups`, which bench.measure uses) turns rows of a
+results table into ``x_vs_<baseline>`` columns.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 import numpy as np
 
-from pipeline.timing import Interval
+from pipeline.timing import Interval, speedups  # noqa: F401  (speedups: part of this module's API)
 
 OURS, BASELINE = "ours", "baseline"
 
@@ -83,13 +84,15 @@ def _finite(rec: Dict[str, float], keys: Sequence[str]) -> bool:
 
 def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[History], str]] = None,
         watch: Sequence[str] = ("loss",), desc: str = "", work_per_epoch: int = 0,
-        after: Optional[Callable[[Any], None]] = None) -> Dict[str, History]:
+        after: Optional[Callable[[Any], None]] = None,
+        on_epoch: Optional[Callable[[Any, Dict[str, float]], None]] = None) -> Dict[str, History]:
     """Train every trainer for ``epochs`` epochs, one after the other, and evaluate after each.
 
     ``stop(history) -> reason`` (empty: go on) ends a trainer early; a non-finite value of any
     ``watch`` key (default: the loss) ends it too (``stopped = "non-finite loss"``).
     ``work_per_epoch``: samples an epoch of each trainer for the bar when trainers are built
-    lazily (else read from the trainers). ``after(trainer)`` runs when a trainer is done."""
+    lazily (else read from the trainers). ``after(trainer)`` runs when a trainer is done;
+    ``on_epoch(trainer, record)`` after each epoch's record is complete (e.g. to log it live)."""
     built = [t for t in trainers if not callable(t) or hasattr(t, "epoch")]
     work = (work_per_epoch * len(trainers) if work_per_epoch else
             sum(int(getattr(t, "work_per_epoch", 0) or 0) for t in built)) * epochs
@@ -122,6 +125,8 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
                 rec.update({k: float(v) for k, v in tr.evaluate().items()})
                 rec["eval_ms"] = (time.perf_counter() - t0) * 1e3
                 hist.records.append(rec)
+                if on_epoch is not None:
+                    on_epoch(tr, rec)
                 if not per_sample:
                     bar.update(1)
                 shown = {k: f"{rec[k]:.4g}" for k in list(watch) + ["p@1"] if k in rec}
@@ -143,25 +148,6 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
         if hasattr(bar, "close"):
             bar.close()
     return out
-
-
-def speedups(rows: List[Dict[str, Any]], ours: Sequence[str], baselines: Sequence[str], col: str,
-             key: str = "variant") -> List[Dict[str, Any]]:
-    """Add ``x_vs_<b>`` = rows[b][col] / row[col] (how many times faster than baseline b) to every
-    row but b's own (ours and the other baselines alike); rows missing ``col`` or with a
-    non-positive value get none. ``ours`` names our variants (the signature bench.measure will
-    share); it does not filter. Returns ``rows``."""
-    by = {r[key]: r for r in rows}
-    for r in rows:
-        v = r.get(col)
-        for b in baselines:
-            if b == r[key] or b not in by:
-                continue
-            bv = by[b].get(col)
-            if v is None or bv is None or not (float(v) > 0) or not math.isfinite(float(bv)):
-                continue
-            r[f"x_vs_{b}"] = float(bv) / float(v)
-    return rows
 
 
 def best_of(histories: Dict[str, History], metric: str) -> Dict[str, float]:

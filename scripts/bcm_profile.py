@@ -29,7 +29,7 @@ def main():
     device.init(0)
     from pipeline.gpu import blas
     from pipeline.models.bcm import gpu, model
-    from pipeline.timing import hold_kernel
+    from pipeline.gpu.timer import hold_kernel
     case = model.make_case(a.layer, a.k, 128, "full", np.random.default_rng(0))
     hold = hold_kernel()
     times = defaultdict(list)

@@ -5,7 +5,14 @@ regenerated docs/gpu-results.md. Run on a machine with an NVIDIA GPU, from the p
     python3 scripts/gpu_suite.py run --out outputs/gpu-suite
 
 Parts (``--parts tests,bench,sanitize``) and models (``--models bcm,sparse_dnn``) can be chosen, so
-the work can be split over several calls. Each part writes one JSON record named by date, GPU,
+the work can be split over several calls. The runs of the bench and sanitize parts are listed in
+``conf/suite/<model package>.yaml`` (``bench:`` and ``sanitize:``, one ``python -m pipeline`` run an
+entry, its overrides as typed); ``--suite FILE`` runs another file of that shape, and ``list`` prints
+the commands:
+
+    python3 scripts/gpu_suite.py list --models bcm_cnn
+    python3 scripts/gpu_suite.py run --parts bench --suite my-runs.yaml
+ Each part writes one JSON record named by date, GPU,
 commit and part (``2026-11-21T1347Z_H200_25f6c38_bench.json``); records worth keeping go to
 ``docs/gpu-runs/``. ``render`` rebuilds docs/gpu-results.md from any number of records, and the
 README's results table (between ``<!-- results:start -->`` and ``<!-- results:end -->``) from the
@@ -21,10 +28,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib
 import json
 import os
-import pkgutil
 import re
 import subprocess
 import sys
@@ -46,16 +51,16 @@ def gpu_name() -> str:
         return "no nvidia-smi"
 
 
-def model_packages(only: List[str]) -> Dict[str, Any]:
-    import pipeline.models as pm
-    found = {}
-    for m in pkgutil.iter_modules(pm.__path__):
-        if not m.ispkg or (only and m.name not in only):
-            continue
-        mod = importlib.import_module(f"pipeline.models.{m.name}")
-        if hasattr(mod, "GPU_SUITE"):
-            found[m.name] = mod
-    return found
+def suites(args) -> Dict[str, Any]:
+    """The run lists: ``--suite`` files when given, else ``conf/suite/*.yaml`` (``--models`` of them)."""
+    from pipeline import suite
+    from pipeline.errors import ConfigError
+    try:
+        if getattr(args, "suite", None):
+            return {s.name: s for s in map(suite.load, args.suite)}
+        return suite.load_all(args.models)
+    except (ConfigError, OSError) as e:
+        raise SystemExit(f"error: {e}")
 
 
 def log(msg: str) -> None:
@@ -130,8 +135,8 @@ def _read_runs(store: Path) -> List[Dict[str, Any]]:
 def part_bench(out: Path, args) -> Dict[str, Any]:
     store = Path(tempfile.mkdtemp(prefix="suite-mlflow-"))
     jobs = []
-    plan = [(name, ov) for name, mod in model_packages(args.models).items() for ov in mod.GPU_SUITE]
-    if args.extra:   # explicit runs instead of the models' GPU_SUITE lists
+    plan = [(name, ov) for name, s in suites(args).items() for ov in s.bench]
+    if args.extra:   # explicit runs instead of the suite files' bench lists
         import shlex
         plan = [("extra", shlex.split(e)) for e in args.extra]
     for name, overrides in plan:
@@ -150,8 +155,8 @@ def part_bench(out: Path, args) -> Dict[str, Any]:
 
 def part_sanitize(out: Path, args) -> Dict[str, Any]:
     results = []
-    for name, mod in model_packages(args.models).items():
-        configs = list(getattr(mod, "SANITIZE", []))
+    for name, s in suites(args).items():
+        configs = list(s.sanitize)
         if args.sanitize_pick:
             configs = [configs[int(i)] for i in args.sanitize_pick.split(",") if int(i) < len(configs)]
         for overrides in configs[: args.sanitize_max or None]:
@@ -328,7 +333,7 @@ def render(files: List[Path]) -> str:
 # ------------------------------------------------------------------ the README's results table
 
 class Headline(NamedTuple):
-    """The measure a model is summed up by: which benchmark run (its overrides, as GPU_SUITE or a
+    """The measure a model is summed up by: which benchmark run (its overrides, as conf/suite or a
     user would pass them; ``progress=``, ``backend=``, ``cache_dir=`` and budgets are ignored), which
     case of it, which column, and whether more is better. Rows of kind ``ours`` compete with rows
     of kind ``baseline`` (``is_baseline`` decides for rows without a kind)."""
@@ -484,16 +489,21 @@ def main() -> None:
     r = sub.add_parser("run")
     r.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "outputs" / "gpu-suite")))
     r.add_argument("--parts", default="tests,bench,sanitize")
-    r.add_argument("--models", default="", help="comma-separated model packages (default: all)")
+    r.add_argument("--models", default="", help="comma-separated suites of conf/suite/ (default: all)")
+    r.add_argument("--suite", action="append", default=[],
+                   help="a suite file (bench:/sanitize: lists) to run instead of conf/suite/ (repeatable)")
     r.add_argument("--bench-timeout", type=int, default=240)
     r.add_argument("--sanitize-timeout", type=int, default=240)
-    r.add_argument("--sanitize-max", type=int, default=0, help="at most this many SANITIZE configs a model (0: all)")
+    r.add_argument("--sanitize-max", type=int, default=0, help="at most this many sanitize runs a suite (0: all)")
     r.add_argument("--sanitize-pick", default="",
-                   help="comma-separated indices into each model's SANITIZE list (default: all)")
+                   help="comma-separated indices into each suite's sanitize list (default: all)")
     r.add_argument("--extra", action="append", default=[],
-                   help="benchmark these overrides (a quoted string, repeatable) instead of GPU_SUITE")
+                   help="benchmark these overrides (a quoted string, repeatable) instead of the suites' bench lists")
     r.add_argument("--tag", default="", help="suffix for the JSON file names (after the part)")
     r.add_argument("pytest_args", nargs="*")
+    ls = sub.add_parser("list", help="print the suites' runs as commands")
+    ls.add_argument("--models", default="", help="comma-separated suites of conf/suite/ (default: all)")
+    ls.add_argument("--suite", action="append", default=[], help="a suite file instead of conf/suite/")
     g = sub.add_parser("render")
     g.add_argument("files", nargs="+")
     g.add_argument("--to", default=str(ROOT / "docs" / "gpu-results.md"))
@@ -502,6 +512,13 @@ def main() -> None:
     n = sub.add_parser("rename", help="rename records to <date>_<GPU>_<commit>_<part>.json (git mv when tracked)")
     n.add_argument("files", nargs="+")
     a = ap.parse_args()
+    if a.cmd == "list":
+        a.models = [m for m in a.models.split(",") if m]
+        for name, s in suites(a).items():
+            for part in ("bench", "sanitize"):
+                for ov in getattr(s, part):
+                    print(f"{name} {part}: python -m pipeline {' '.join(ov)}")
+        return
     if a.cmd == "rename":
         for f in map(Path, a.files):
             to = f.with_name(record_name(json.loads(f.read_text())))

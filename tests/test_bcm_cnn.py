@@ -194,3 +194,58 @@ def test_cli_mnist_small(cli, compose):
             "model.train_limit=512", "model.test_limit=200")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "conv288-64[BCM]" in r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------------------ the training harness
+
+
+def _model(compose, tmp_path, *overrides):
+    from pipeline.config import validate
+    from pipeline.context import make_context
+    from pipeline.models.bcm_cnn.model import BcmCnnModel
+    cfg = compose(["model=bcm_cnn", "dataset=digits", "backend=cpu", "progress=false", "block_size=16",
+                   "model.train_limit=256", "model.test_limit=64", f"cache_dir={tmp_path / 'cache'}", *overrides])
+    validate(cfg)
+    model = BcmCnnModel(cfg, make_context(cfg, tmp_path))
+    model.prepare()
+    return model
+
+
+def test_networks_train_through_the_harness(compose, tmp_path, monkeypatch):
+    """Each network is a trainer of pipeline.train.fit (built when its turn comes); the epochs are
+    logged live under the series' names, and the ratios against dense come from speedups()."""
+    from pipeline.models.bcm_cnn import model as cnn
+    calls = []
+
+    def spy(ctx, trainers, epochs, **kw):
+        calls.append((len(trainers), epochs, kw["watch"]))
+        return fit(ctx, trainers, epochs, **kw)
+    fit = cnn.fit
+    monkeypatch.setattr(cnn, "fit", spy)
+    m = _model(compose, tmp_path, "epochs=2")
+    m.execute()
+    assert calls == [(2, 2, ("train_loss",))]
+    assert list(m.results) == ["dense", "bcm_k16"]
+    for tag, r in m.results.items():
+        assert set(r["hist"]) == {"train_loss", "test_acc", "epoch_s", "layer_s"} and r["failure"] is None
+        assert len(r["hist"]["test_acc"]) == 2 and all(0 < s for s in r["hist"]["epoch_s"])
+        assert all(0 < l <= e for l, e in zip(r["hist"]["layer_s"], r["hist"]["epoch_s"]))
+        assert [s for s, _ in m.ctx.epochs[f"{tag}/test_acc"]] == [0, 1]
+    m.verify()
+    rep = m.report()
+    row = next(r for r in rep.rows if r["network"] == "bcm_k16")
+    assert row["x_vs_dense"] == pytest.approx(1.0 / row["time_vs_dense"])
+    assert row["time_vs_dense"] == pytest.approx(row["epoch_s"] / rep.rows[0]["epoch_s"])
+    assert row["layer_time_vs_dense"] == pytest.approx(row["layer_s"] / rep.rows[0]["layer_s"])
+    assert rep.metrics["summary/bcm_k16/x_vs_dense"] == pytest.approx(row["x_vs_dense"])
+
+
+def test_a_diverging_network_stops_and_fails(compose, tmp_path):
+    m = _model(compose, tmp_path, "epochs=3", "model.lr=1e30", "model.clip_norm=0", "model.dense_baseline=false")
+    with np.errstate(all="ignore"):
+        m.execute()
+        m.verify()
+    r = m.results["bcm_k16"]
+    assert len(r["hist"]["train_loss"]) < 3
+    assert r["failure"] == f"bcm_k16: training loss became nan in epoch {len(r['hist']['train_loss'])} (lower model.lr)"
+    assert r["failure"] in m.failures

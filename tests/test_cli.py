@@ -140,7 +140,7 @@ def test_help_says_what_kernel_is(cli):
     r = cli("--help", timeout=120)
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "kernel      the variant under test" in out
+    assert "kernel      the one variant under test: kernel=<variant> is short for model.variants=[<variant>]" in out
     assert any(ln.split()[:2] == ["sparse_dnn", "GPU:"] and "snig" in ln for ln in out.splitlines()), out
     assert "${" not in out
 

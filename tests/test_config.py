@@ -17,7 +17,16 @@ from pipeline.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
-KERNELS = sorted(p.stem for p in (CONF / "kernel").glob("*.yaml"))
+def _kernel_options():
+    """The kernel group's options: each model's default (conf/kernel/<model>_default.yaml) and
+    every variant name of the registries (stored by pipeline.config.register_all)."""
+    from pipeline.config import _registries, register_all
+    register_all()
+    return sorted({p.stem for p in (CONF / "kernel").glob("*.yaml")} |
+                  {v for r in _registries.values() for v in r.variants})
+
+
+KERNELS = _kernel_options()
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
 
@@ -42,7 +51,8 @@ def composed(compose, overrides, what):
 
 
 def _kernel_name(stem: str) -> str:
-    return yaml.safe_load((CONF / "kernel" / f"{stem}.yaml").read_text())["name"]
+    f = CONF / "kernel" / f"{stem}.yaml"
+    return yaml.safe_load(f.read_text())["name"] if f.is_file() else stem
 
 
 def test_group_folders_exist():
@@ -99,7 +109,7 @@ def test_every_experiment_composes(compose, experiment):
 
 @pytest.mark.parametrize("stem", KERNELS)
 def test_kernel_file_composes(compose, stem):
-    cfg = composed(compose, [f"kernel={stem}"], f"conf/kernel/{stem}.yaml")
+    cfg = composed(compose, [f"kernel={stem}"], f"kernel={stem}")
     assert cfg.kernel.name == _kernel_name(stem)
 
 
@@ -284,6 +294,7 @@ def test_experiment_settings_yield_to_the_command_line(compose):
     (["++model.tolerance2=1"], "model.tolerance2"),
     (["+dataset.foo=1"], "dataset.foo"),
     (["+kernel.foo=1"], "kernel.foo"),
+    (["+kernel.params.anything=1"], "kernel.params"),   # a variant's settings are model.* keys
     (["+bench.warmupp=1"], "bench.warmupp"),
     (["model=sparse_dnn", "+dataset.neuronz=4"], "dataset.neuronz"),
 ])
@@ -294,7 +305,6 @@ def test_added_keys_are_refused(compose, overrides, key):
 
 
 def test_free_form_dicts_take_any_key(compose):
-    validate(compose(["+kernel.params.anything=1"]))
     validate(compose(["experiment=argueta_table1", "+model.paper.A100.fewhot=[1.0]"]))
 
 
@@ -316,16 +326,18 @@ def test_every_model_has_a_registry():
     assert sorted(regs) == MODELS, f"models without a variant registry: {sorted(set(MODELS) - set(regs))}"
 
 
-def test_every_variant_has_its_kernel_file_and_every_file_a_variant():
+def test_kernel_options_are_the_registries_and_the_defaults():
+    """kernel=<variant> works for every variant of every registry (no file a variant), and the only
+    files of conf/kernel are the models' defaults, each naming a variant of its model."""
     regs = _registries()
     names = {v for r in regs.values() for v in r.variants}
-    files = {_kernel_name(stem) for stem in KERNELS}
-    assert not names - files, f"variants without conf/kernel/<name>.yaml: {sorted(names - files)}"
-    assert not files - names, f"conf/kernel files naming no model's variant: {sorted(files - names)}"
-    for stem in KERNELS:
-        if stem.endswith("_default"):
-            model = stem[:-len("_default")]
-            assert _kernel_name(stem) in regs[model], f"conf/kernel/{stem}.yaml names no variant of {model}"
+    assert names <= set(KERNELS)
+    files = sorted(p.stem for p in (CONF / "kernel").glob("*.yaml"))
+    assert files == sorted(f"{m}_default" for m in regs), f"conf/kernel holds more than the defaults: {files}"
+    for stem in files:
+        model = stem[:-len("_default")]
+        assert _kernel_name(stem) in regs[model], f"conf/kernel/{stem}.yaml names no variant of {model}"
+        assert regs[model][_kernel_name(stem)].kind == "ours", f"conf/kernel/{stem}.yaml names a baseline"
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -417,18 +429,37 @@ def test_config_imports_only_the_variant_registries_of_models():
 
 
 def _suite_configs():
-    import importlib
-    out = []
-    for pkg in sorted(p.name for p in (ROOT / "pipeline" / "models").iterdir() if (p / "__init__.py").is_file()):
-        mod = importlib.import_module(f"pipeline.models.{pkg}")
-        for what in ("GPU_SUITE", "SANITIZE"):
-            out += [(f"{pkg}.{what}[{i}]", list(ov)) for i, ov in enumerate(getattr(mod, what, []))]
-    return out
+    from pipeline import suite
+    return [(f"conf/suite/{name}.yaml:{part}[{i}]", ov) for name, s in suite.load_all().items()
+            for part in suite.PARTS for i, ov in enumerate(getattr(s, part))]
 
 
 @pytest.mark.parametrize("name, overrides", _suite_configs(), ids=[n for n, _ in _suite_configs()])
 def test_benchmark_and_sanitizer_configs_pass_the_checks(compose, name, overrides):
-    """Every run of the GPU benchmark suite and the sanitizer list composes and validates (a knob its
-    model does not use would be refused only on the GPU machine otherwise)."""
+    """Every run of the GPU suite's lists (conf/suite/*.yaml: benchmarks and sanitizer configs)
+    composes and validates, without running (a knob its model does not use would be refused only on
+    the GPU machine otherwise)."""
     cfg = composed(compose, overrides, name)
     validate(cfg)
+
+
+def test_every_model_package_has_a_suite_and_suite_files_are_checked(tmp_path):
+    """Each model package with GPU code has conf/suite/<pkg>.yaml with benchmark and sanitizer runs;
+    a malformed suite file is a one-line error naming the file and the key."""
+    from pipeline import suite
+    pkgs = sorted(p.name for p in (ROOT / "pipeline" / "models").iterdir() if (p / "gpu.py").is_file())
+    have = suite.load_all()
+    for pkg in pkgs:
+        assert pkg in have and have[pkg].bench and have[pkg].sanitize, f"conf/suite/{pkg}.yaml: bench and sanitize"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("bench:\n  - model=bcm\nsanitise:\n  - model=bcm\n")
+    with pytest.raises(ConfigError, match="bad.yaml: unknown key 'sanitise'"):
+        suite.load(bad)
+    bad.write_text("bench:\n  - [model=bcm, block_size=16]\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: bench\[0\] must be one run's overrides on one line"):
+        suite.load(bad)
+    ok = tmp_path / "mine.yaml"
+    ok.write_text("bench:\n  - model=bcm block_size=16\n    model.layers=[A,B]\n")
+    assert suite.load(ok).bench == [["model=bcm", "block_size=16", "model.layers=[A,B]"]]
+    with pytest.raises(ConfigError, match="no suite nope"):
+        suite.load_all(["nope"])

@@ -81,7 +81,7 @@ def test_chunk_feeder_overlaps_and_delivers_every_chunk(dev):
 def test_event_timing_and_peaks(dev, tmp_path):
     import cupy
     from pipeline.gpu import peaks
-    from pipeline.timing import time_cuda
+    from pipeline.gpu.timer import time_cuda
 
     class B:
         warmup, min_repeats, max_repeats, min_time_ms = 1, 5, 20, 5.0
@@ -97,7 +97,7 @@ def test_hold_kernel_and_parallel_branches(dev):
     each branch its own stream (and cuBLAS handle) and joins them, eagerly and in a graph."""
     import cupy
     from pipeline.gpu import blas, graphs
-    from pipeline.timing import time_cuda
+    from pipeline.gpu.timer import time_cuda
 
     class B:
         warmup, min_repeats, max_repeats, min_time_ms = 1, 3, 5, 0.0

@@ -582,9 +582,10 @@ def test_defaults_compose_and_effective_small(compose):
 
 def test_suite_and_sanitize_configs_compose(compose):
     from pipeline.config import validate
-    from pipeline.models.slide import GPU_SUITE, SANITIZE
-    assert GPU_SUITE and SANITIZE
-    for ov in GPU_SUITE + SANITIZE:
+    from pipeline import suite
+    s = suite.load_all(["slide"])["slide"]
+    assert s.bench and s.sanitize
+    for ov in s.bench + s.sanitize:
         validate(compose(list(ov)))
 
 

@@ -365,3 +365,59 @@ def test_outputs_outlive_the_interleaved_timing(ctx):
     measure([_case(rng)], [Variant("a", "ours", build), Variant("b", "baseline", build)], ctx, tolerance=1e-4,
             speedup_over=["b"])
     assert not freed
+
+
+def test_one_speedups_function_for_measure_and_training():
+    """bench.measure and the training harness share pipeline.timing.speedups: per-round ratios of
+    interleaved rounds (median, spread, unstable flag) or one value per row."""
+    from pipeline import bench as bench_mod, train
+    assert train.speedups is timing.speedups and bench_mod.speedups is timing.speedups
+    rounds = timing.Interleaved([timing.Timing.of([1.0])] * 3,
+                                [[1.0, 1.0, 1.0, 1.0], [2.0, 2.0, 4.0, 2.0], [3.0, 3.0, 3.0, 3.0]])
+    rows = [{"variant": "v"}, {"variant": "b1"}, {"variant": "b2"}]
+    timing.speedups(rows, ["v"], ["b1", "b2", "absent"], rounds=rounds, spread_limit=0.1)
+    v, b1, b2 = rows
+    assert v["x_vs_b1"] == pytest.approx(2.0) and v["x_vs_b2"] == pytest.approx(3.0)
+    assert v["ratio_spread"] == pytest.approx(np.subtract(*np.percentile([2, 2, 4, 2], [75, 25])) / 2.0)
+    assert v["ratio_unstable"] == "yes" and "x_vs_absent" not in v
+    assert b1["x_vs_b2"] == pytest.approx(1.5, rel=0.2) and "x_vs_b1" not in b1
+    assert "x_vs_b2" not in b2 and b2["x_vs_b1"] == pytest.approx(2.0 / 3.0)   # median of 2/3, 2/3, 4/3, 2/3
+    # no spread limit: the spread, no flag; one value per row: the plain ratio, no spread
+    rows = [{"variant": "v"}, {"variant": "b1"}, {"variant": "b2"}]
+    timing.speedups(rows, ["v"], ["b2"], rounds=rounds)
+    assert rows[0]["ratio_spread"] == pytest.approx(0.0) and "ratio_unstable" not in rows[0]
+    rows = [{"variant": "v", "ms": 2.0}, {"variant": "b", "ms": 5.0}]
+    timing.speedups(rows, ["v"], ["b"], "ms")
+    assert rows[0] == {"variant": "v", "ms": 2.0, "x_vs_b": 2.5}
+
+
+def test_interval_sum_on_the_cpu():
+    import time
+    s = timing.IntervalSum("cpu")
+    for _ in range(3):
+        t = s.start()
+        time.sleep(0.004)
+        s.stop(t)
+    time.sleep(0.02)                  # not inside an interval: not counted
+    total = s.total_ms()
+    assert 12.0 <= total < 20.0 + 8.0, total
+    s.reset()
+    assert s.total_ms() == 0.0
+    one = timing.Interval("cpu")
+    one.start()
+    time.sleep(0.003)
+    assert one.stop() >= 3.0
+
+
+def test_cuda_side_lives_in_gpu_timer():
+    """The hold kernel and the CUDA timers are pipeline/gpu/timer.py; pipeline.timing still names
+    them (imported on first use) and imports no GPU module when it is imported."""
+    import subprocess
+    import sys
+    from pipeline.gpu import timer
+    assert timing.time_cuda is timer.time_cuda and timing.hold_kernel is timer.hold_kernel
+    assert timing.HOLD_MIN_US == timer.HOLD_MIN_US
+    code = "import sys, pipeline.timing; print(any(m.startswith('pipeline.gpu') for m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    with pytest.raises(AttributeError):
+        timing.no_such_name

@@ -726,8 +726,9 @@ def test_cli_bad_file_exit(cli, tmp_path):
 
 def test_suite_and_sanitize_configs_compose(compose):
     from pipeline.config import validate
-    from pipeline.models.wide import GPU_SUITE, SANITIZE
-    for ov in GPU_SUITE + SANITIZE:
+    from pipeline import suite
+    s = suite.load_all(["wide"])["wide"]
+    for ov in s.bench + s.sanitize:
         validate(compose(list(ov)))
     for exp in ("cuwide_table4", "cuwide_table5", "cuwide_a9a"):
         cfg = compose([f"experiment={exp}"])

@@ -15,15 +15,14 @@ import importlib
 import pkgutil
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, ClassVar, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from pipeline.errors import ConfigError
+from pipeline.root import PROJECT_ROOT  # noqa: F401  (also read from here by older code)
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 class Backend(enum.Enum):
@@ -75,8 +74,11 @@ class LauncherConf:
 
 @dataclass
 class KernelConf:
+    """``kernel=<variant>``: the one variant under test (model.variants=[a, b] runs several
+    instead). Its options are the variant names of the models' registries (see
+    :func:`store_kernel_options`); ``conf/kernel/<model>_default.yaml`` is each model's default.
+    A variant's settings are keys of its model (``model.*``), not of this group."""
     name: str = MISSING                     # the variant under test
-    params: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -154,7 +156,19 @@ def register_all() -> None:
     cs.store(group="model", name="schema_model", node=ModelConf)
     for mod in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{mod.name}")   # each registers its own schemas
+    store_kernel_options()
     _registered = True
+
+
+def store_kernel_options() -> None:
+    """The options of the ``kernel`` group: one per variant name of any model's registry, made
+    here from the registries (``kernel=<variant>`` is the one variant under test, the shorthand
+    for ``model.variants=[<variant>]``). Only each model's default is a file:
+    ``conf/kernel/<model>_default.yaml``."""
+    cs = ConfigStore.instance()
+    for reg in _registries.values():
+        for name in reg.variants:
+            cs.store(group="kernel", name=name, node=KernelConf(name=name))
 
 
 def store(group: str, name: str, node: Any) -> None:
@@ -252,7 +266,7 @@ def schema_class(name: str):
 def check_keys(cfg: DictConfig, node: Any = None, prefix: str = "") -> None:
     """Raise a one-line ConfigError for a key that the node's schema does not declare (a key added
     with ``+``/``++`` passes Hydra's own check; this one catches it). Dict-typed fields
-    (``kernel.params``, ``model.paper``) take any key."""
+    (``model.paper``) take any key."""
     node = cfg if node is None else node
     t = OmegaConf.get_type(node)
     if not (t is not None and dataclasses.is_dataclass(t)):

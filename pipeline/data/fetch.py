@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from pipeline.errors import DataError
+from pipeline.root import DATA_DIR
 
-PROJECT_DATA = Path(__file__).resolve().parents[2] / "data"
+PROJECT_DATA = DATA_DIR
 
 
 @dataclass(frozen=True)

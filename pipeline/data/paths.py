@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.config import PROJECT_ROOT
 from pipeline.errors import DataError
+from pipeline.root import DATA_DIR
 
-SHIPPED = PROJECT_ROOT / "data"
+SHIPPED = DATA_DIR
 
 
 def find(cfg, name: str, hint: str = "") -> Path:

@@ -16,8 +16,8 @@ from typing import Dict, Iterable, Optional, Tuple
 import numpy as np
 
 from pipeline.errors import GpuError
+from pipeline.root import CUDA_DIR, OUTPUTS_DIR, PROJECT_ROOT
 
-CUDA_DIR = Path(__file__).resolve().parents[2] / "cuda"
 COMMON = CUDA_DIR / "common"
 DEFAULT_OPTIONS = ("-O3", "-lineinfo", "-std=c++17")
 
@@ -32,7 +32,7 @@ def source_path(model: str, filename: str) -> Path:
 
 
 def _cache_dir() -> str:
-    d = os.environ.get("PYCUDA_CACHE_DIR") or str(CUDA_DIR.parent / "outputs" / "cache" / "pycuda")
+    d = os.environ.get("PYCUDA_CACHE_DIR") or str(OUTPUTS_DIR / "cache" / "pycuda")
     os.makedirs(d, exist_ok=True)
     return d
 
@@ -56,7 +56,7 @@ def load(model: str, filename: str, defines: Optional[Dict[str, object]] = None,
                            include_dirs=[str(COMMON), str(path.parent)], cache_dir=_cache_dir())
     except Exception as e:
         first = str(e).strip().splitlines()
-        raise GpuError(f"{path.relative_to(CUDA_DIR.parent)} failed to compile for {info.arch}: "
+        raise GpuError(f"{path.relative_to(PROJECT_ROOT)} failed to compile for {info.arch}: "
                        f"{' | '.join(first[:6])}") from e
     m = Module(mod, path)
     _modules[key] = m

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.timing import time_cuda
+from pipeline.gpu.timer import time_cuda
 
 # CuPy's matmul compute types (cupy/_core/_routines_linalg): DEFAULT keeps strict fp32 accumulate
 # and operands; TF32 lets cuBLAS use the tensor cores with 10-bit mantissas.

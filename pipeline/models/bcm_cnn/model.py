@@ -8,7 +8,6 @@ layers cuBLAS (``model.precision``); on the CPU backend the NumPy FFT reference 
 from __future__ import annotations
 
 import math
-import time
 from typing import Any, Dict, List
 
 import numpy as np
@@ -19,13 +18,16 @@ from pipeline.models.bcm import reference as ref
 from pipeline.models.bcm_cnn import data as datasets
 from pipeline.models.bcm_cnn.net import ARCHS, Net, bcm_layer_sizes
 from pipeline.models.bcm_cnn.variants import REGISTRY
+from pipeline.registry import BASELINE, OURS
 from pipeline.results import Report
+from pipeline.train import fit, speedups
 
 BCM_VARIANTS = REGISTRY.names("cuda")
 
 # Paper §4.5 / Fig. 13: CIFAR-10 accuracy drop of the BCM network vs GEMM, percentage points.
 PAPER_GAP = {16: 1.4, 32: 2.3, 64: 5.2}
 WARMUP_STEPS = 100     # linear learning-rate warm-up (plain CNN without normalisation layers)
+HISTORY = ("train_loss", "test_acc", "epoch_s", "layer_s")    # the per-epoch series of each network
 
 
 def _cpu_blas_single_thread(on: bool):
@@ -39,6 +41,56 @@ def _cpu_blas_single_thread(on: bool):
         except ImportError:
             pass
     return contextlib.nullcontext()
+
+
+class NetTrainer:
+    """One network (BCM with one variant and block size, or dense) as a trainer of the training
+    harness: an epoch is one pass of SGD over the training split in a seeded random order, with a
+    cosine learning rate after a linear warm-up; ``stats`` gives the mean training loss and the
+    time spent in the linear layers (:class:`pipeline.timing.IntervalSum`, inside the net);
+    ``evaluate`` the test accuracy."""
+
+    def __init__(self, model: "BcmCnnModel", entry: Dict[str, Any], net: Net):
+        cfg, m, ctx = model.cfg, model.cfg.model, model.ctx
+        self.model, self.net, self.xp = model, net, net.xp
+        self.name = entry["tag"]
+        self.kind = OURS if entry["bcm"] else BASELINE
+        self.X, self.Y = model.dtrain if ctx.cuda else (model.train.x, model.train.y)
+        self.Xt, self.Yt = model.dtest if ctx.cuda else (model.test.x, model.test.y)
+        self.n = len(model.train.y)
+        self.bs = min(int(m.batch_size), self.n)
+        self.steps_per_epoch = self.n // self.bs          # the last incomplete batch is dropped
+        self.work_per_epoch = self.steps_per_epoch * self.bs
+        self.total = self.steps_per_epoch * int(m.epochs)
+        self.warm = min(WARMUP_STEPS, max(1, self.total // 5))
+        self.augment = bool(m.augment) and model.dataset == "cifar10"
+        self.seed = int(cfg.seed)
+        self.lr, self.momentum = float(m.lr), float(m.momentum)
+        self.weight_decay, self.clip_norm = float(m.weight_decay), float(m.clip_norm)
+        self.t = 0                                     # steps so far (the learning-rate schedule)
+        self.loss_sum = None
+
+    def epoch(self, index: int, progress) -> None:
+        xp, net, bs = self.xp, self.net, self.bs
+        rng = np.random.default_rng([self.seed, 11, index])
+        perm = rng.permutation(self.n)
+        net.timer.reset()
+        loss_sum = xp.zeros((), xp.float64)
+        for s in range(self.steps_per_epoch):
+            t = self.t
+            lr = self.lr * min(1.0, (t + 1) / self.warm) * 0.5 * (1 + math.cos(math.pi * t / self.total))
+            xb, yb = self.model._batch(xp, self.X, self.Y, perm[s * bs:(s + 1) * bs], self.augment, rng)
+            loss_sum += net.train_step(xb, yb, lr, self.momentum, self.weight_decay, self.clip_norm)
+            self.t += 1
+            progress(bs)
+        self.loss_sum = loss_sum
+
+    def stats(self) -> Dict[str, float]:
+        return {"train_loss": float(self.loss_sum) / max(1, self.steps_per_epoch),
+                "layer_s": self.net.timer.total_ms() / 1e3}
+
+    def evaluate(self) -> Dict[str, float]:
+        return {"test_acc": self.model._evaluate(self.net, self.Xt, self.Yt)}
 
 
 class BcmCnnModel(Model):
@@ -68,6 +120,8 @@ class BcmCnnModel(Model):
             variants = ["cpu_fft"]
         self.variants = list(dict.fromkeys(variants))
         self.train, self.test = datasets.load(cfg, self.dataset, ctx.size, int(cfg.seed))
+        n, bs = len(self.train.y), min(int(m.batch_size), len(self.train.y))
+        self.samples_per_epoch = n // bs * bs           # for the progress bar (full batches only)
         self.spec = ARCHS[self.dataset]
         self.input_shape = tuple(self.train.x.shape[1:])
         ks = [int(k) for k in (list(m.block_sizes) or [m.block_size])]
@@ -140,64 +194,43 @@ class BcmCnnModel(Model):
             correct += (net.predict(X[s:s + bs]) == Y[s:s + bs]).sum()
         return float(correct) / max(1, len(Y))
 
-    def _train(self, entry) -> Dict[str, Any]:
-        cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
-        net = self._build(entry)
-        xp = net.xp
-        X, Y = self.dtrain if ctx.cuda else (self.train.x, self.train.y)
-        Xt, Yt = self.dtest if ctx.cuda else (self.test.x, self.test.y)
-        n = len(self.train.y)
-        bs = min(int(m.batch_size), n)
-        steps = n // bs                       # the last incomplete batch is dropped
-        epochs = int(m.epochs)
-        total = steps * epochs
-        warm = min(WARMUP_STEPS, max(1, total // 5))
-        augment = bool(m.augment) and self.dataset == "cifar10"
-        hist = {"train_loss": [], "test_acc": [], "epoch_s": [], "layer_s": []}
-        failure = None
-        t = 0
-        for epoch in range(epochs):
-            rng = np.random.default_rng([int(cfg.seed), 11, epoch])
-            perm = rng.permutation(n)
-            net.timer.reset()
-            ctx.sync()
-            t0 = time.perf_counter()
-            loss_sum = xp.zeros((), xp.float64)
-            bar = ctx.progress(range(steps), desc=f"{entry['tag']} epoch {epoch + 1}/{epochs}", total=steps)
-            for s in bar:
-                lr = float(m.lr) * min(1.0, (t + 1) / warm) * 0.5 * (1 + math.cos(math.pi * t / total))
-                xb, yb = self._batch(xp, X, Y, perm[s * bs:(s + 1) * bs], augment, rng)
-                loss = net.train_step(xb, yb, lr, float(m.momentum), float(m.weight_decay), float(m.clip_norm))
-                loss_sum += loss
-                t += 1
-                if s % 50 == 49 and cfg.progress:
-                    bar.set_postfix(loss=f"{float(loss):.3f}")
-            ctx.sync()
-            epoch_s = time.perf_counter() - t0
-            layer_s = net.timer.total()
-            train_loss = float(loss_sum) / max(1, steps)
-            acc = self._evaluate(net, Xt, Yt)
-            for key, v in (("train_loss", train_loss), ("test_acc", acc), ("epoch_s", epoch_s), ("layer_s", layer_s)):
-                hist[key].append(v)
-            ctx.log_epoch({f"{entry['tag']}/{key}": vals[-1] for key, vals in hist.items()}, epoch)
-            print(f"[bcm_cnn] {entry['tag']} epoch {epoch + 1}/{epochs}: train loss {train_loss:.4f}, "
-                  f"test acc {100 * acc:.2f}%, epoch {epoch_s:.2f} s (linear layers {layer_s:.2f} s)", flush=True)
-            if not math.isfinite(train_loss):
-                failure = f"{entry['tag']}: training loss became {train_loss} in epoch {epoch + 1} (lower model.lr)"
-                break
-        net.release()
-        if ctx.cuda:
+    def _trainer(self, entry) -> "NetTrainer":
+        """Build ``entry``'s network (when its turn comes: one network's device memory at a time)
+        and keep it in ``self.results`` for the checks and the report."""
+        tr = NetTrainer(self, entry, self._build(entry))
+        self.results[entry["tag"]] = {**entry, "net": tr.net, "hist": {}, "failure": None}
+        return tr
+
+    def _epoch_done(self, tr: "NetTrainer", rec: Dict[str, float]) -> None:
+        """Log an epoch's values as soon as they are known, and print its line."""
+        rec["epoch_s"] = rec["epoch_ms"] / 1e3
+        e, epochs = int(rec["epoch"]), int(self.cfg.model.epochs)
+        self.ctx.log_epoch({f"{tr.name}/{key}": rec[key] for key in HISTORY}, e - 1)
+        print(f"[bcm_cnn] {tr.name} epoch {e}/{epochs}: train loss {rec['train_loss']:.4f}, "
+              f"test acc {100 * rec['test_acc']:.2f}%, epoch {rec['epoch_s']:.2f} s "
+              f"(linear layers {rec['layer_s']:.2f} s)", flush=True)
+
+    def _trained(self, tr: "NetTrainer") -> None:
+        tr.net.release()
+        if self.ctx.cuda:
             import cupy
             cupy.get_default_memory_pool().free_all_blocks()
-        return {"net": net, "hist": hist, "failure": failure}
 
     def execute(self) -> None:
+        """Every network trained through the training harness (:func:`pipeline.train.fit`): each
+        epoch timed by :class:`pipeline.timing.Interval`, evaluated on the test split after it,
+        stopped on a non-finite training loss."""
         self.results: Dict[str, Dict[str, Any]] = {}
         with _cpu_blas_single_thread(not self.ctx.cuda):
-            for entry in self.nets:
-                r = self._train(entry)
-                r.update(entry)
-                self.results[entry["tag"]] = r
+            self.histories = fit(self.ctx, [lambda e=e: self._trainer(e) for e in self.nets], int(self.cfg.model.epochs),
+                                 watch=("train_loss",), desc="bcm_cnn", work_per_epoch=self.samples_per_epoch,
+                                 after=self._trained, on_epoch=self._epoch_done)
+        for tag, h in self.histories.items():
+            r = self.results[tag]
+            r["hist"] = {key: h.series(key) for key in HISTORY}
+            if h.stopped:
+                r["failure"] = (f"{tag}: training loss became {h.last('train_loss')} in epoch {h.epochs} "
+                                f"(lower model.lr)")
 
     # ----------------------------------------------------------------------------------- verify
     def _check_layers(self, net: Net) -> Dict[str, float]:
@@ -255,12 +288,28 @@ class BcmCnnModel(Model):
         v = vals[1:] if len(vals) > 1 else vals
         return float(np.median(v)) if v else float("nan")
 
+    @staticmethod
+    def _vs_dense(rows: List[Dict[str, Any]]) -> None:
+        """The BCM networks against the dense one, through the speedup function every model uses
+        (:func:`pipeline.train.speedups`): ``x_vs_dense`` (dense epoch time / BCM epoch time),
+        ``time_vs_dense`` and ``layer_time_vs_dense`` (BCM time / dense time: the epoch, the linear
+        layers)."""
+        bcm = [r["network"] for r in rows if r["network"] != "dense"]
+        for col, name in (("epoch_s", "time_vs_dense"), ("layer_s", "layer_time_vs_dense")):
+            ratios = speedups([{"network": r["network"], col: r[col]} for r in rows], bcm, ["dense"], col,
+                              key="network")
+            for row, x in zip(rows, ratios):
+                if row["network"] == "dense":
+                    continue
+                v = x.get("x_vs_dense")
+                row[name] = 1.0 / v if v else None
+                if col == "epoch_s" and v:
+                    row["x_vs_dense"] = v
+
     def report(self) -> Report:
         rep = Report(failures=self.failures)
         dense = self.results.get("dense")
         dense_acc = dense["hist"]["test_acc"][-1] if dense and dense["hist"]["test_acc"] else None
-        dense_t = self._steady(dense["hist"]["epoch_s"]) if dense else None
-        dense_l = self._steady(dense["hist"]["layer_s"]) if dense else None
         rows = []
         for tag, r in self.results.items():
             h, net = r["hist"], r["net"]
@@ -280,19 +329,20 @@ class BcmCnnModel(Model):
                 row["acc_gap_pct"] = 100 * (dense_acc - acc)
                 if self.dataset == "cifar10" and r["k"] in PAPER_GAP:
                     row["paper_gap_pct"] = PAPER_GAP[r["k"]]
-                row["time_vs_dense"] = row["epoch_s"] / dense_t if dense_t else None
-                row["layer_time_vs_dense"] = row["layer_s"] / dense_l if dense_l else None
             rows.append(row)
             for key, vals in h.items():
                 rep.series[f"{tag}/{key}"] = list(vals)
+        if dense_acc is not None:
+            self._vs_dense(rows)
+        for row in rows:
             for key in ("test_acc_pct", "best_acc_pct", "train_loss", "epoch_s", "layer_s", "compression",
-                        "acc_gap_pct", "paper_gap_pct", "time_vs_dense", "layer_time_vs_dense"):
+                        "acc_gap_pct", "paper_gap_pct", "x_vs_dense", "time_vs_dense", "layer_time_vs_dense"):
                 v = row.get(key)
                 if isinstance(v, (int, float)) and v == v:
-                    rep.metrics[f"summary/{tag}/{key}"] = float(v)
+                    rep.metrics[f"summary/{row['network']}/{key}"] = float(v)
         rep.rows = rows
         rep.columns = ["network", "k", "variant", "weights", "compression", "epochs", "train_loss", "test_acc_pct",
-                       "best_acc_pct", "acc_gap_pct", "paper_gap_pct", "epoch_s", "time_vs_dense", "layer_s",
+                       "best_acc_pct", "acc_gap_pct", "paper_gap_pct", "epoch_s", "x_vs_dense", "time_vs_dense", "layer_s",
                        "layer_time_vs_dense", "max_layer_err"]
         first_bcm = next((r for r in self.results.values() if r["bcm"]), None)
         obj = first_bcm or dense

@@ -13,12 +13,12 @@ with every layer dense. Sizes that are not multiples of k are zero-padded.
 """
 from __future__ import annotations
 
-import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from pipeline.models.bcm import reference as ref
+from pipeline.timing import IntervalSum
 
 Spec = Tuple
 
@@ -55,45 +55,6 @@ def bcm_layer_sizes(spec: Sequence[Spec], input_shape: Tuple[int, int, int]) -> 
         elif s[0] == "flatten":
             feat = h * w * c
     return out
-
-
-class LayerTimer:
-    """Time spent in the linear products (BCM or dense, incl. im2col/col2im): CUDA events on the
-    GPU (recorded without synchronising, summed at the end of an epoch), perf_counter on the CPU."""
-
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
-        self.reset()
-
-    def reset(self) -> None:
-        self.pairs: List = []
-        self.seconds = 0.0
-
-    def start(self):
-        if self.cuda:
-            import cupy
-            e = cupy.cuda.Event()
-            e.record()
-            return e
-        return time.perf_counter()
-
-    def stop(self, t0) -> None:
-        if self.cuda:
-            import cupy
-            e = cupy.cuda.Event()
-            e.record()
-            self.pairs.append((t0, e))
-        else:
-            self.seconds += time.perf_counter() - t0
-
-    def total(self) -> float:
-        if self.cuda:
-            import cupy
-            if self.pairs:
-                self.pairs[-1][1].synchronize()
-            self.seconds += sum(cupy.cuda.get_elapsed_time(a, b) for a, b in self.pairs) / 1e3
-            self.pairs = []
-        return self.seconds
 
 
 # ------------------------------------------------------------------------------ linear cores
@@ -224,7 +185,8 @@ class Net:
             self.xp = cupy
         else:
             self.xp = np
-        self.timer = LayerTimer(cuda)
+        # time spent in the linear products (BCM or dense, incl. im2col/col2im), summed per epoch
+        self.timer = IntervalSum("cuda" if cuda else "cpu")
         self.layers: List[Tuple[Spec, Optional[Linear]]] = []
         h, w, c = input_shape
         feat = None

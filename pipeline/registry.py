@@ -59,9 +59,12 @@ class Registry:
 
     def check(self, cfg) -> List[str]:
         """Raise a one-line ConfigError for a variant or baseline name this model does not have;
-        returns the requested variants (model.variants, else [kernel.name])."""
-        key = "model.variants" if cfg.model.variants else "kernel"
-        asked = [str(v) for v in cfg.model.variants] or [str(cfg.kernel.name)]
+        returns the requested variants: model.variants, else the kernel entry's side-by-side list
+        (``kernel.variants``: a model's default command times the paper's variant and the project's
+        fastest), else [kernel.name]."""
+        listed = [str(v) for v in (cfg.kernel.get("variants") or [])]
+        key = "model.variants" if cfg.model.variants else ("kernel.variants" if listed else "kernel")
+        asked = [str(v) for v in cfg.model.variants] or list(dict.fromkeys(listed)) or [str(cfg.kernel.name)]
         for k, vals in ((key, asked), ("model.baselines", [str(b) for b in cfg.model.baselines])):
             for v in vals:
                 if v not in self.variants:

@@ -199,7 +199,7 @@ def test_bucket_shape_holds_the_row():
     (["model=softmax_topn", "model.block_size=100"], "model.block_size"),
     (["model=softmax_topn", "kernel=fused"], "kernel"),
     (["model=softmax_topn", "model.vec=3"], "model.vec"),
-    (["model=softmax_topn", "+kernel.params.variants=[topn_atomic,fused]"], "kernel.params.variants"),
+    (["model=softmax_topn", "kernel.variants=[topn_atomic,fused]"], "kernel.variants"),
     (["model=fewhot", "model.n_hot=[0]"], "model.n_hot"),
     (["model=fewhot", "model.baselines=[torch_topk]"], "model.baselines"),
 ])

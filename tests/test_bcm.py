@@ -161,6 +161,6 @@ def test_bad_name_in_the_default_list_is_refused(compose):
     from pipeline.errors import ConfigError
     cfg = compose(["model=bcm"])
     with open_dict(cfg):
-        cfg.kernel.params.variants = ["fused", "nope"]
-    with pytest.raises(ConfigError, match=r"kernel.params.variants='nope' is not allowed"):
+        cfg.kernel.variants = ["fused", "nope"]
+    with pytest.raises(ConfigError, match=r"kernel.variants='nope' is not allowed"):
         validate(cfg)

@@ -149,7 +149,7 @@ def test_bad_variant_opens_no_mlflow_run(cli, tmp_path):
     r = cli("model=sparse_dnn", "kernel=dft", timeout=120)
     assert r.returncode == 2, r.stderr
     err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
-    assert err == ["error: kernel='dft' is not allowed: one of snig, pull, bf, cusparse, cpu for model=sparse_dnn"], r.stderr
+    assert err == ["error: kernel='dft' is not allowed: one of snig, pull, cluster, bf, cusparse, cpu for model=sparse_dnn"], r.stderr
     assert _runs(tmp_path) == []
 
 

@@ -77,8 +77,11 @@ class KernelConf:
     """``kernel=<variant>``: the one variant under test (model.variants=[a, b] runs several
     instead). Its options are the variant names of the models' registries (see
     :func:`store_kernel_options`); ``conf/kernel/<model>_default.yaml`` is each model's default.
-    A variant's settings are keys of its model (``model.*``), not of this group."""
+    A variant's settings are keys of its model (``model.*``), not of this group. A model's default
+    entry may list ``variants``: what its default command times side by side (the paper's variant
+    and the project's fastest)."""
     name: str = MISSING                     # the variant under test
+    variants: List[str] = field(default_factory=list)   # the default entry's side-by-side list
 
 
 @dataclass

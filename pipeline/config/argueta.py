@@ -41,17 +41,9 @@ register_variants("fewhot", FEWHOT)
 register_variants("softmax_topn", TOPN)
 
 
-def _check_listed(cfg, registry) -> None:
-    """kernel.params.variants (the default kernel entry's side-by-side list) names this model's variants."""
-    for v in (cfg.kernel.get("params") or {}).get("variants") or []:
-        require(str(v) in registry, "kernel.params.variants", str(v),
-                f"one of {', '.join(registry.names())} for model={registry.model}")
-
-
 @validator("fewhot")
 def _check_fewhot(cfg) -> None:
     m = cfg.model
-    _check_listed(cfg, FEWHOT)
     for key in ("rows", "vocab", "width"):
         require(int(m[key]) > 0, f"model.{key}", m[key], "a positive integer")
     require(len(m.n_hot) > 0, "model.n_hot", list(m.n_hot), "a non-empty list of non-zeros per row")
@@ -62,7 +54,6 @@ def _check_fewhot(cfg) -> None:
 @validator("softmax_topn")
 def _check_topn(cfg) -> None:
     m = cfg.model
-    _check_listed(cfg, TOPN)
     require(int(m.vocab) > 0, "model.vocab", m.vocab, "a positive integer")
     require(len(m.rows) > 0 and all(int(r) > 0 for r in m.rows), "model.rows", list(m.rows),
             "a non-empty list of positive row counts")

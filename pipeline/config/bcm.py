@@ -41,10 +41,6 @@ def _check(cfg) -> None:
     for name in m.layers:
         require(name in LAYERS, "model.layers", name, f"one of {', '.join(LAYERS)}")
     names = REGISTRY.check(cfg)
-    if not m.variants:
-        for v in (cfg.kernel.get("params") or {}).get("variants") or []:
-            require(str(v) in REGISTRY, "kernel.params.variants", v, f"one of {', '.join(REGISTRY.names())}")
-        names = [str(v) for v in (cfg.kernel.get("params") or {}).get("variants") or []] or names
     if "tiled" in names:
         key = "model.block_sizes" if list(m.block_sizes) else knob(cfg, "block_size")
         for k in list(m.block_sizes) or [m.block_size]:

@@ -61,12 +61,9 @@ def _choose(model: Model, names: List[str], gpu_ours, gpu_base, cpu_ours, cpu_ba
 
 
 def requested(cfg, registry) -> List[str]:
-    """The variants a run times: model.variants; else the kernel entry's ``params.variants`` (the
-    default entry lists the paper's variant and the project's fastest, side by side); else
-    [kernel.name]. The names are checked by the config validator (``pipeline/config/argueta.py``)."""
-    names = registry.check(cfg)
-    listed = [str(v) for v in (cfg.kernel.get("params") or {}).get("variants") or []]
-    return names if cfg.model.variants or not listed else list(dict.fromkeys(listed))
+    """The variants a run times: model.variants; else the kernel entry's ``variants`` (the default
+    entry lists the paper's variant and the project's fastest, side by side); else [kernel.name]."""
+    return registry.check(cfg)
 
 
 def _paper(cfg):

@@ -98,19 +98,10 @@ def cpu_variants() -> Dict[str, Variant]:
 
 
 def asked_variants(cfg) -> List[str]:
-    """The variants a run times: ``model.variants``; else the kernel entry's ``params.variants``
-    (the default entry lists the paper's ``fused`` and the project's best side by side); else
+    """The variants a run times: ``model.variants``; else the kernel entry's ``variants`` (the
+    default entry lists the paper's ``fused`` and the project's best side by side); else
     ``[kernel.name]``. Every name is checked against the registry."""
-    names = REGISTRY.check(cfg)
-    if cfg.model.variants:
-        return names
-    listed = [str(v) for v in (cfg.kernel.get("params") or {}).get("variants") or []]
-    for v in listed:
-        if v not in REGISTRY:
-            from pipeline.errors import ConfigError
-            raise ConfigError(f"kernel.params.variants={v!r} is not allowed: one of {', '.join(REGISTRY.names())} "
-                              f"for model=bcm")
-    return listed or names
+    return REGISTRY.check(cfg)
 
 
 class BcmModel(Model):

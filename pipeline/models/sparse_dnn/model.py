@@ -113,18 +113,10 @@ class SparseDnnModel(Model):
     # ------------------------------------------------------------------ prepare
     @staticmethod
     def _asked(cfg) -> List[str]:
-        """The variants asked for: model.variants, else kernel.name; the default kernel
-        (``conf/kernel/sparse_dnn_default.yaml``, ``params.headline``) adds the project's fastest
-        beside the paper's snig, so the default command shows both."""
-        names = REGISTRY.check(cfg)
-        if not cfg.model.variants:
-            extra = [str(v) for v in (cfg.kernel.get("params") or {}).get("headline", [])]
-            for v in extra:
-                if v not in REGISTRY:
-                    raise ConfigError(f"kernel.params.headline={v!r} is not allowed: one of "
-                                      f"{', '.join(REGISTRY.names())} for model=sparse_dnn")
-            names += [v for v in extra if v not in names]
-        return names
+        """The variants asked for: model.variants, else the kernel entry's ``variants`` (the default,
+        ``conf/kernel/sparse_dnn_default.yaml``, puts the project's fastest beside the paper's
+        snig, so the default command shows both), else kernel.name."""
+        return REGISTRY.check(cfg)
 
     def prepare(self) -> None:
         cfg, m, d = self.cfg, self.cfg.model, self.cfg.dataset

@@ -40,6 +40,13 @@ def _case_label(row: Dict[str, Any]) -> str:
     return " ".join(f"{c}={row[c]}" for c in cols) + ": "
 
 
+def _ratio(row: Dict[str, Any], base: Dict[str, Any], key: str) -> float:
+    """The row's own ``x_vs_<baseline>`` (the per-round median of a side-by-side measurement) when
+    it has one, else the ratio of the two times."""
+    own = _time(row, f"x_vs_{base['variant']}")
+    return own if not math.isnan(own) else _time(base, key) / _time(row, key)
+
+
 def _line(rows: Sequence[Dict[str, Any]], key: str, paper: Optional[str]) -> Optional[str]:
     good = [r for r in rows if r.get("ok", True) is not False and not math.isnan(_time(r, key))
             and r.get("variant")]
@@ -53,7 +60,7 @@ def _line(rows: Sequence[Dict[str, Any]], key: str, paper: Optional[str]) -> Opt
     if fastest is not best:
         parts = [f"{_case_label(best)}fastest: {fastest['variant']} {_ms(_time(fastest, key))} (a baseline); "
                  f"ours best: {best['variant']} {_ms(t)}"]
-    ratios = [f"{_time(b, key) / t:.3g}x {b['variant']}" for b in good if b.get("kind") == "baseline"]
+    ratios = [f"{_ratio(best, b, key):.3g}x {b['variant']}" for b in good if b.get("kind") == "baseline"]
     if ratios:
         parts.append(", ".join(ratios))
     if paper and best["variant"] == paper:

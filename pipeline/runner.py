@@ -16,7 +16,9 @@ from omegaconf import DictConfig, open_dict
 from pipeline.config import validate
 from pipeline.context import make_context
 from pipeline.errors import ConfigError, VerificationError
+from pipeline import registry
 from pipeline.gpu import pool
+from pipeline.headline import fastest_lines
 from pipeline.results import Report, format_table
 from pipeline.tracking import JobRun
 
@@ -80,10 +82,16 @@ def _run(cfg: DictConfig, cls, out_dir: Path, echo: bool, gpus: "pool.Claim") ->
             if report.columns and "gpu" not in report.columns:
                 report.columns.append("gpu")
         _add_run_metrics(report, ctx, stage_s)
+        reg = registry.of_model(str(cfg.model.name))
+        fastest = fastest_lines(report.rows, reg.paper if reg else None)
+        if fastest:
+            job.set_tags({"fastest": " | ".join(fastest)[:4000]})
         job.log_report(report, out_dir)
         if echo:
             title = report.title or f"{cfg.model.name} on {ctx.device.name if ctx.device else 'CPU (NumPy)'}"
             print(f"\n{title}\n" + format_table(report.rows, report.columns or None), flush=True)
+            for line in fastest:
+                print(line, flush=True)
             if report.failures:
                 print("FAILED checks:\n  " + "\n  ".join(report.failures), file=sys.stderr, flush=True)
         if report.failures:

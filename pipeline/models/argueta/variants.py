@@ -11,7 +11,7 @@ FEWHOT = Registry("fewhot", [
     VariantInfo("cpu", OURS, "cpu", "NumPy gather + reduceat (the paper's algorithm)"),
     VariantInfo("cpu_sparse", BASELINE, "cpu", "SciPy CSR @ dense"),
     VariantInfo("cpu_dense", BASELINE, "cpu", "NumPy dense matmul"),
-], cpu_default="cpu")
+], cpu_default="cpu", paper="fewhot")
 
 TOPN = Registry("softmax_topn", [
     VariantInfo("topn_atomic", OURS, "cuda", "the paper's fused softmax + top-N (Algorithm 4, corrected)"),
@@ -27,4 +27,4 @@ TOPN = Registry("softmax_topn", [
     VariantInfo("online_topk_fixed", BASELINE, "cuda", "online-normalizer softmax + top-k built once for k = 400"),
     VariantInfo("cpu", OURS, "cpu", "NumPy select on packed keys"),
     VariantInfo("cpu_sort", BASELINE, "cpu", "NumPy softmax + full sort"),
-], cpu_default="cpu")
+], cpu_default="cpu", paper="topn_atomic")

@@ -29,4 +29,4 @@ REGISTRY = Registry("bcm", [
     VariantInfo("dense_tf32", BASELINE, "cuda", "the same layer as a dense matrix, cuBLAS TF32"),
     VariantInfo("cpu_fft", OURS, "cpu", "NumPy FFT implementation of the BCM layer"),
     VariantInfo("cpu_dense", BASELINE, "cpu", "NumPy dense matmul"),
-], cpu_default="cpu_fft")
+], cpu_default="cpu_fft", paper="fused")

@@ -9,7 +9,7 @@ REGISTRY = Registry("slide", [
     VariantInfo("dense_tf32", BASELINE, "cuda", "full softmax over every label, same Adam, cuBLAS TF32 (CuPy)"),
     VariantInfo("torch", BASELINE, "cuda", "PyTorch dense full softmax, TF32", needs=("torch",)),
     VariantInfo("cpu_dense", BASELINE, "cpu", "NumPy dense full softmax, same Adam"),
-], cpu_default="cpu")
+], cpu_default="cpu", paper="slide")
 
 HIDDEN_STEP, HIDDEN_MAX = 32, 256     # the CUDA kernels take hidden widths in multiples of 32 (registers: <= 256)
 OPTIMIZERS = ("adam", "lazy_adam")    # adam: every parameter every step (the paper); lazy_adam: touched rows

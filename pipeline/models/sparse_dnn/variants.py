@@ -10,5 +10,5 @@ REGISTRY = Registry("sparse_dnn", [
     VariantInfo("bf", BASELINE, "cuda", "Bisson & Fatica's kernel (2019 champion, the paper's baseline)"),
     VariantInfo("cusparse", BASELINE, "cuda", "cuSPARSE SpMM per layer"),
     VariantInfo("cpu", OURS, "cpu", "the SciPy reference"),
-], cpu_default="cpu")
+], cpu_default="cpu", paper="snig")
 

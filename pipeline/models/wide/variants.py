@@ -9,8 +9,8 @@ _VARIANTS = [
     VariantInfo("torch", BASELINE, "cuda", "PyTorch embedding lookups with sparse gradients + SGD", needs=("torch",)),
     VariantInfo("cpu", OURS, "cpu", "the float64 NumPy/SciPy reference trainer"),
 ]
-LR = Registry("wide_lr", _VARIANTS, cpu_default="cpu")
-FM = Registry("wide_fm", _VARIANTS, cpu_default="cpu")
+LR = Registry("wide_lr", _VARIANTS, cpu_default="cpu", paper="flow")
+FM = Registry("wide_fm", _VARIANTS, cpu_default="cpu", paper="flow")
 BY_MODEL = {"wide_lr": LR, "wide_fm": FM}
 
 HOT_CACHE_SMEM_MAX = 227 * 1024       # dynamic shared memory a block may opt in to on sm_90

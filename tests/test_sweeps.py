@@ -265,6 +265,25 @@ def test_sweep_end_marks_runs_of_dead_jobs(tmp_path, monkeypatch):
         assert client.get_run(parent).info.status == expect
 
 
+def _kill_a_job_mid_run(store: Path, running_jobs: int, job_pids) -> None:
+    """Wait until ``running_jobs`` runs of the sweep are RUNNING in the store and ``job_pids()``
+    finds a job's process, then SIGKILL that process."""
+    t0 = time.time()
+    while time.time() - t0 < 300:
+        time.sleep(1)
+        if not (store / "mlflow.db").exists():
+            continue
+        try:
+            running = [r for r in runs_in(store) if r.info.status == "RUNNING" and r.data.tags.get("sweep") != "true"]
+        except Exception:
+            continue
+        pids = job_pids() if len(running) >= running_jobs else []
+        if pids:
+            os.kill(pids[0], signal.SIGKILL)
+            return
+    pytest.fail("no job started")
+
+
 @pytest.mark.slow
 def test_a_killed_job_is_marked_and_the_others_finish(tmp_path):
     """submitit's local executor runs each job in its own process: SIGKILL one mid-run; the other
@@ -274,22 +293,8 @@ def test_a_killed_job_is_marked_and_the_others_finish(tmp_path):
            "dataset=digits", "backend=cpu", "progress=false", "epochs=30", f"tracking.dir={store}",
            "seed=1,2,3", f"hydra.sweep.dir={tmp_path}/multirun"]
     sweep = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    victim = None
-    t0 = time.time()
-    while victim is None and time.time() - t0 < 300:
-        time.sleep(1)
-        if not (store / "mlflow.db").exists():
-            continue
-        try:
-            running = [r for r in runs_in(store) if r.info.status == "RUNNING" and r.data.tags.get("sweep") != "true"]
-        except Exception:
-            continue
-        if running:
-            out = subprocess.run(["pgrep", "-f", "submitit.core._submit"], capture_output=True, text=True).stdout.split()
-            if out:
-                victim = int(out[0])
-    assert victim is not None, "no job started"
-    os.kill(victim, signal.SIGKILL)
+    _kill_a_job_mid_run(store, 1, lambda: [int(p) for p in subprocess.run(
+        ["pgrep", "-f", "submitit.core._submit"], capture_output=True, text=True).stdout.split()])
     _, err = sweep.communicate(timeout=900)
     assert sweep.returncode != 0
     assert err.strip().splitlines()[-1].startswith("error: a job of the sweep died")
@@ -325,21 +330,7 @@ def test_joblib_a_killed_job_fails_alone(tmp_path):
            "model=bcm_cnn", "dataset=digits", "backend=cpu", "progress=false", "epochs=30",
            f"tracking.dir={store}", "seed=1,2,3", f"hydra.sweep.dir={tmp_path}/multirun"]
     sweep = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    victim = None
-    t0 = time.time()
-    while victim is None and time.time() - t0 < 300:
-        time.sleep(1)
-        if not (store / "mlflow.db").exists():
-            continue
-        try:
-            running = [r for r in runs_in(store) if r.info.status == "RUNNING" and r.data.tags.get("sweep") != "true"]
-        except Exception:
-            continue
-        jobs = _joblib_job_processes()
-        if len(running) == 3 and jobs:
-            victim = jobs[0]
-    assert victim is not None, "no job started"
-    os.kill(victim, signal.SIGKILL)
+    _kill_a_job_mid_run(store, 3, _joblib_job_processes)
     _, err = sweep.communicate(timeout=900)
     assert sweep.returncode != 0
     last = err.strip().splitlines()[-1]

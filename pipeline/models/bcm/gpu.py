@@ -78,6 +78,40 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _dft_args(segs, zero, k):
+    """Kernel arguments of a forward row-transform launch (``bcm_dft_rows`` / ``bcm_rfft_rows_<k>``):
+    up to three (x, out, conj) row sets, then up to two arrays the same launch zeroes; and the most
+    rows of a set."""
+    args, rows_max = [], 0
+    for i in range(3):
+        if i < len(segs):
+            x, out, conj = segs[i]
+            rows = x.size // k
+            args += [x, out, np.int32(rows), np.int32(conj)]
+            rows_max = max(rows_max, rows)
+        else:
+            args += [0, 0, np.int32(0), np.int32(0)]
+    for i in range(2):
+        z = zero[i] if i < len(zero) else None
+        args += [z if z is not None else 0, np.int64(z.size if z is not None else 0)]
+    return args, rows_max
+
+
+def _idft_args(segs, kf):
+    """Kernel arguments of an inverse row-transform launch (``bcm_idft_rows`` / ``bcm_irfft_rows_<k>``):
+    up to three (R, out, bias, bias row modulus, time-reversed) sets; and the most rows of a set."""
+    args, rows_max = [], 0
+    for i in range(3):
+        if i < len(segs):
+            R, out, bias, bmod, rev = segs[i]
+            rows = R.size // kf
+            args += [R, out, np.int32(rows), bias if bias is not None else 0, np.int32(bmod), np.int32(rev)]
+            rows_max = max(rows_max, rows)
+        else:
+            args += [0, 0, np.int32(0), 0, np.int32(1), np.int32(0)]
+    return args, rows_max
+
+
 def _threads(units: int) -> int:
     """A block of at most THREADS threads, whole warps, for ``units`` work items."""
     return min(THREADS, 32 * _cdiv(units, 32))
@@ -206,18 +240,7 @@ class BcmLinear:
         k, kf = self.k, self.kf
         if self.reg_fft:
             return self._rfft_rows(segs, zero)
-        args, rows_max = [], 0
-        for i in range(3):
-            if i < len(segs):
-                x, out, conj = segs[i]
-                rows = x.size // k
-                args += [x, out, np.int32(rows), np.int32(conj)]
-                rows_max = max(rows_max, rows)
-            else:
-                args += [0, 0, np.int32(0), np.int32(0)]
-        for i in range(2):
-            z = zero[i] if i < len(zero) else None
-            args += [z if z is not None else 0, np.int64(z.size if z is not None else 0)]
+        args, rows_max = _dft_args(segs, zero, k)
         threads = _threads(DFT_ROWS // DFT_DR * _cdiv(k // 4 + 1, DFT_DF))
         _k("bcm_dft_rows")((_cdiv(rows_max, DFT_ROWS), len(segs)), (threads,), *args, np.int32(k), np.int32(kf),
                            shared=(DFT_ROWS * (k + 1) + 2 * DFT_ROWS * (k // 2 + 1) + 2 * k) * 4)
@@ -228,45 +251,18 @@ class BcmLinear:
         k, kf = self.k, self.kf
         if self.reg_fft:
             return self._irfft_rows(segs)
-        args, rows_max = [], 0
-        for i in range(3):
-            if i < len(segs):
-                R, out, bias, bmod, rev = segs[i]
-                rows = R.size // kf
-                args += [R, out, np.int32(rows), bias if bias is not None else 0, np.int32(bmod), np.int32(rev)]
-                rows_max = max(rows_max, rows)
-            else:
-                args += [0, 0, np.int32(0), 0, np.int32(1), np.int32(0)]
+        args, rows_max = _idft_args(segs, kf)
         threads = _threads(DFT_ROWS // IDFT_DR * (k // 2))
         _k("bcm_idft_rows")((_cdiv(rows_max, DFT_ROWS), len(segs)), (threads,), *args, np.int32(k), np.int32(kf),
                             shared=(DFT_ROWS * (kf + 1) + k) * 8)
 
     def _rfft_rows(self, segs, zero=()):
         """rfft.cu's register FFT (one thread a row) with the arguments of :meth:`_dft_rows`."""
-        args, rows_max = [], 0
-        for i in range(3):
-            if i < len(segs):
-                x, out, conj = segs[i]
-                rows = x.size // self.k
-                args += [x, out, np.int32(rows), np.int32(conj)]
-                rows_max = max(rows_max, rows)
-            else:
-                args += [0, 0, np.int32(0), np.int32(0)]
-        for i in range(2):
-            z = zero[i] if i < len(zero) else None
-            args += [z if z is not None else 0, np.int64(z.size if z is not None else 0)]
+        args, rows_max = _dft_args(segs, zero, self.k)
         _rk(f"bcm_rfft_rows_{self.k}")((_cdiv(rows_max, RFFT_ROWS), len(segs)), (RFFT_ROWS,), *args)
 
     def _irfft_rows(self, segs):
-        args, rows_max = [], 0
-        for i in range(3):
-            if i < len(segs):
-                R, out, bias, bmod, rev = segs[i]
-                rows = R.size // self.kf
-                args += [R, out, np.int32(rows), bias if bias is not None else 0, np.int32(bmod), np.int32(rev)]
-                rows_max = max(rows_max, rows)
-            else:
-                args += [0, 0, np.int32(0), 0, np.int32(1), np.int32(0)]
+        args, rows_max = _idft_args(segs, self.kf)
         _rk(f"bcm_irfft_rows_{self.k}")((_cdiv(rows_max, RFFT_ROWS), len(segs)), (RFFT_ROWS,), *args)
 
     def _forward_dft(self, x, w, bias):

@@ -551,6 +551,22 @@ class _HostModule:
         return call
 
 
+class _NoEvent:
+    """A CUDA event stand-in for trainers run on the host (no device, nothing to time)."""
+    def record(self, *a):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def time_since(self, other):
+        return 0.0
+
+
+def _untimed(tr) -> None:
+    tr._events = lambda: (_NoEvent(), _NoEvent())
+
+
 @pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
 @pytest.mark.parametrize("k,ws,shards,hot,update,inflight,hc", [
     (0, 1, 8, 64, "batch", 0, 0), (10, 2, 4, 32, "batch", 0, 0), (3, 8, 2, 8, "batch", 0, 0),
@@ -589,16 +605,7 @@ def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shar
         assert np.array_equal(tr.row[:tr.keep], np.arange(tr.keep)) and (tr.row[tr.keep:] != np.arange(tr.keep, data.d)).any()
         assert np.array_equal(np.sort(tr.row), np.arange(data.d))
 
-    class _Ev:
-        def record(self, *a):
-            pass
-
-        def synchronize(self):
-            pass
-
-        def time_since(self, other):
-            return 0.0
-    tr._events = lambda: (_Ev(), _Ev())
+    _untimed(tr)
     rng = np.random.default_rng(k + ws)
     p0 = ref.init_params(data.d, k, 0.05, 3)
     p0.w = (rng.standard_normal(data.d) * 0.1).astype(np.float32)
@@ -654,16 +661,7 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
     assert tr.adagrad and tr.geo["nw"] == inflight and tr.geo["smem"] == 16 * hc * tr.kp
 
-    class _Ev:
-        def record(self, *a):
-            pass
-
-        def synchronize(self):
-            pass
-
-        def time_since(self, other):
-            return 0.0
-    tr._events = lambda: (_Ev(), _Ev())
+    _untimed(tr)
     rng = np.random.default_rng(k + shards)
     p0 = ref.init_params(data.d, k, 0.05, 3)
     p0.w = (rng.standard_normal(data.d) * 0.1).astype(np.float32)

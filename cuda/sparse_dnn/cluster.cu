@@ -16,6 +16,8 @@
 // Layer layout (int32 words; 16-byte aligned): wval (utot x CL_G floats, row k = the weights of
 // entry k of the input lists) | uidx (utot) | uptr (ncl + 1) | gidx (ncl x CL_G, -1 = no output).
 
+#include "live.cuh"
+
 #define CL_G 16
 #define CL_TILE 128     // images per warp work item: 32 lanes x 4
 #define CL_UNROLL 4     // independent 512-byte loads in flight per warp (8 would spill at 128 registers)
@@ -39,11 +41,6 @@ __device__ __forceinline__ void cl_apply(float4 (&acc)[CL_G], const float4& y, c
         cl_fma4(acc[4 * q + 2], y, w.z);
         cl_fma4(acc[4 * q + 3], y, w.w);
     }
-}
-
-__device__ __forceinline__ float cl_act(float z, float bias, float ymax)
-{
-    return (z != 0.f) ? fminf(fmaxf(z + bias, 0.f), ymax) : 0.f;
 }
 
 // Persistent grid of warps over work items (image tile, cluster), clusters varying fastest (the
@@ -102,20 +99,8 @@ extern "C" __global__ void __launch_bounds__(256, 2) cluster_infer(
         for (int j = 0; j < CL_G; ++j) {
             const int o = g[j];                           // uniform within the warp
             if (o < 0) continue;
-            float4 v;
-            v.x = cl_act(acc[j].x, bias, ymax);
-            v.y = cl_act(acc[j].y, bias, ymax);
-            v.z = cl_act(acc[j].z, bias, ymax);
-            v.w = cl_act(acc[j].w, bias, ymax);
-            *reinterpret_cast<float4*>(Yout + (size_t)o * ld + c0) = v;
-            nz |= (v.x != 0.f) | (v.y != 0.f) << 1 | (v.z != 0.f) << 2 | (v.w != 0.f) << 3;
+            nz |= live_store4(Yout + (size_t)o * ld + c0, acc[j], bias, ymax);
         }
-        if (nz) {                                         // mark once; most are marked already
-            const int4 a = *reinterpret_cast<const int4*>(alive + c0);
-            if ((nz & 1u) && !a.x && c0 + 0 < B) alive[c0 + 0] = 1;
-            if ((nz & 2u) && !a.y && c0 + 1 < B) alive[c0 + 1] = 1;
-            if ((nz & 4u) && !a.z && c0 + 2 < B) alive[c0 + 2] = 1;
-            if ((nz & 8u) && !a.w && c0 + 3 < B) alive[c0 + 3] = 1;
-        }
+        live_mark4(alive, c0, B, nz);                     // once for the cluster's outputs
     }
 }

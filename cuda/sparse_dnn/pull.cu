@@ -13,6 +13,8 @@
 // next layer's work is proportional to the live images. Grids are persistent (grid-stride over
 // work items) and read B from device memory, so the whole pass is graph-capturable.
 
+#include "live.cuh"
+
 #define PULL_TILE 128   // images per warp work item: 32 lanes x 4
 
 // ld: row stride of Yt, a multiple of PULL_TILE. jpw: output neurons per warp per work item.
@@ -77,21 +79,9 @@ extern "C" __global__ void __launch_bounds__(256) pull_infer(
                     acc.w = fmaf(y.w, w, acc.w);
                 }
             }
-            float4 v;
-            v.x = (acc.x != 0.f) ? fminf(fmaxf(acc.x + bias, 0.f), ymax) : 0.f;
-            v.y = (acc.y != 0.f) ? fminf(fmaxf(acc.y + bias, 0.f), ymax) : 0.f;
-            v.z = (acc.z != 0.f) ? fminf(fmaxf(acc.z + bias, 0.f), ymax) : 0.f;
-            v.w = (acc.w != 0.f) ? fminf(fmaxf(acc.w + bias, 0.f), ymax) : 0.f;
-            *reinterpret_cast<float4*>(Yout + (size_t)j * ld + c0) = v;
-            nz |= (v.x != 0.f) | (v.y != 0.f) << 1 | (v.z != 0.f) << 2 | (v.w != 0.f) << 3;
+            nz |= live_store4(Yout + (size_t)j * ld + c0, acc, bias, ymax);
         }
-        if (nz) {                                                 // mark once; most are marked already
-            const int4 a = *reinterpret_cast<const int4*>(alive + c0);
-            if ((nz & 1u) && !a.x && c0 + 0 < B) alive[c0 + 0] = 1;
-            if ((nz & 2u) && !a.y && c0 + 1 < B) alive[c0 + 1] = 1;
-            if ((nz & 4u) && !a.z && c0 + 2 < B) alive[c0 + 2] = 1;
-            if ((nz & 8u) && !a.w && c0 + 3 < B) alive[c0 + 3] = 1;
-        }
+        live_mark4(alive, c0, B, nz);                             // once for the warp's outputs
     }
 }
 

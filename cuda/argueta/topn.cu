@@ -114,28 +114,7 @@ __device__ void radix_pass(const unsigned* hi, const unsigned* lo, unsigned base
         }
     }
     __syncthreads();
-    if (threadIdx.x < 32) {
-        // lane j owns bins 255-8j .. 248-8j (descending)
-        unsigned c = 0;
-        for (int t = 0; t < 8; ++t) c += s.hist[255 - 8 * lane - t];
-        unsigned incl = c;
-        for (int o = 1; o < 32; o <<= 1) {
-            const unsigned v = __shfl_up_sync(0xFFFFFFFFu, incl, o);
-            if (lane >= o) incl += v;
-        }
-        const unsigned want = s.remain;
-        __syncwarp();            // every lane has read s.remain before one lane rewrites it
-        const unsigned ballot = __ballot_sync(0xFFFFFFFFu, incl >= want);
-        const int first = __ffs(ballot) - 1;
-        if (lane == first) {
-            unsigned before = incl - c;
-            for (int t = 0; t < 8; ++t) {
-                const unsigned bin = 255 - 8 * lane - t, h = s.hist[bin];
-                if (before + h >= want) { s.digit = bin; s.remain = want - before; s.eq = h; break; }
-                before += h;
-            }
-        }
-    }
+    if (threadIdx.x < 32) digit_of_rank<false>(s.hist, s.digit, s.remain, s.eq);
     __syncthreads();
 }
 

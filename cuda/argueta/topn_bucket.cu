@@ -32,36 +32,11 @@ struct BucketScratch {
     unsigned count, digit, remain, eq;
 };
 
-// Warp 0 only: the digit (bin of hist, scanned from 255 down) holding the key of rank s.remain
-// (1-based, descending); sets s.digit, s.remain (the rank inside that bin) and s.eq (its count),
-// or s.digit = BUCKET_NONE when the histogram holds fewer than s.remain keys.
+// Warp 0 only: the digit holding the key of rank s.remain (digit_of_rank, topn_keys.cuh), or
+// s.digit = BUCKET_NONE when the histogram holds fewer than s.remain keys.
 __device__ __forceinline__ void find_digit(const unsigned* hist, BucketScratch& s)
 {
-    const int lane = threadIdx.x & 31;
-    unsigned c = 0;
-#pragma unroll
-    for (int t = 0; t < 8; ++t) c += hist[255 - 8 * lane - t];
-    unsigned incl = c;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const unsigned v = __shfl_up_sync(0xFFFFFFFFu, incl, o);
-        if (lane >= o) incl += v;
-    }
-    const unsigned want = s.remain;
-    __syncwarp();                    // every lane has read s.remain before one lane rewrites it
-    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, incl >= want);
-    if (ballot == 0u) {
-        if (lane == 0) s.digit = BUCKET_NONE;
-        return;
-    }
-    if (lane == __ffs(ballot) - 1) {
-        unsigned before = incl - c;
-        for (int t = 0; t < 8; ++t) {
-            const unsigned bin = 255 - 8 * lane - t, h = hist[bin];
-            if (before + h >= want) { s.digit = bin; s.remain = want - before; s.eq = h; break; }
-            before += h;
-        }
-    }
+    digit_of_rank<true>(hist, s.digit, s.remain, s.eq, BUCKET_NONE);
 }
 
 template <int V>

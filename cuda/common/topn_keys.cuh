@@ -48,3 +48,39 @@ __device__ __forceinline__ void online_merge(float& m, float& d, float m2, float
     m = mm;
     d = s;
 }
+
+// Radix select, one 8-bit digit: warp 0 of the block finds the bin of a 256-bin histogram (bins
+// scanned from 255 down, lane j owning bins 255-8j .. 248-8j) that holds the key of rank `remain`
+// (1-based, descending), and one lane sets digit = that bin, remain = the rank inside it, eq = its
+// count. MAY_MISS: when the histogram holds fewer than `remain` keys, digit = `none` instead (without
+// it the caller guarantees enough keys). remain is read by every lane before one lane rewrites it.
+template <bool MAY_MISS>
+__device__ __forceinline__ void digit_of_rank(const unsigned* hist, unsigned& digit, unsigned& remain,
+                                              unsigned& eq, unsigned none = 256u)
+{
+    const int lane = threadIdx.x & 31;
+    unsigned c = 0;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) c += hist[255 - 8 * lane - t];
+    unsigned incl = c;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const unsigned v = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+        if (lane >= o) incl += v;
+    }
+    const unsigned want = remain;
+    __syncwarp();
+    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, incl >= want);
+    if (MAY_MISS && ballot == 0u) {
+        if (lane == 0) digit = none;
+        return;
+    }
+    if (lane == __ffs(ballot) - 1) {
+        unsigned before = incl - c;
+        for (int t = 0; t < 8; ++t) {
+            const unsigned bin = 255 - 8 * lane - t, h = hist[bin];
+            if (before + h >= want) { digit = bin; remain = want - before; eq = h; break; }
+            before += h;
+        }
+    }
+}

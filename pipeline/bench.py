@@ -150,8 +150,7 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
                 row["gbps"] = c.bytes / sec / 1e9 if c.bytes else None
                 row["gflops"] = c.flops / sec / 1e9 if c.flops else None
                 if ctx.peaks is not None:
-                    floor = max(c.bytes / ctx.peaks.bandwidth(), c.flops / ctx.peaks.flops(c.precision))
-                    row["pct_peak"] = 100.0 * floor / sec
+                    row["pct_peak"] = 100.0 * ctx.peaks.floor_s(c.bytes or 0.0, c.flops or 0.0, c.precision) / sec
         del runs, alive
         speedups(case_rows, [v.name for v in variants if v.kind == "ours"], speedup_over,
                  rounds=timed, spread_limit=limit)

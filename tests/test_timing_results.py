@@ -421,3 +421,15 @@ def test_cuda_side_lives_in_gpu_timer():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
     with pytest.raises(AttributeError):
         timing.no_such_name
+
+
+def test_floor_is_the_larger_of_bytes_and_flops_at_the_ceilings():
+    from pipeline.gpu.peaks import Peaks
+    from pipeline.models.sparse_dnn.model import pass_floors
+    p = Peaks("x", copy_gbps=1000.0, fp32_tflops=50.0, tf32_tflops=400.0)
+    assert p.floor_s(nbytes=2e9) == pytest.approx(2e-3)                       # 2 GB at 1 TB/s
+    assert p.floor_s(nbytes=1e6, flops=1e12) == pytest.approx(0.02)           # flops-bound at 50 TFLOP/s
+    assert p.floor_s(flops=1e12, precision="tf32") == pytest.approx(2.5e-3)
+    f = pass_floors((1e9, 4e9), 1e12, p)       # 1e9 live updates (2 flops each), 4 GB moved
+    assert f["memory_s"] == pytest.approx(4e-3) and f["fma_s"] == pytest.approx(4e-5)
+    assert f["floor_s"] == pytest.approx(4e-3) and f["edges_fma_s"] == pytest.approx(0.04)

@@ -32,6 +32,11 @@ class Peaks:
     def bandwidth(self) -> float:
         return self.copy_gbps * 1e9
 
+    def floor_s(self, nbytes: float = 0.0, flops: float = 0.0, precision: str = "fp32") -> float:
+        """The least time of work that moves ``nbytes`` and computes ``flops``: the larger of the two
+        at the measured ceilings (what every model's ``pct_peak`` is measured against)."""
+        return max(nbytes / self.bandwidth(), flops / self.flops(precision))
+
 
 class _Bench:
     warmup, min_repeats, max_repeats, min_time_ms = 2, 10, 40, 50.0

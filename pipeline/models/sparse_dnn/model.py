@@ -91,9 +91,9 @@ def pass_floors(work, edges: float, peaks) -> Dict[str, float]:
     ``memory_s`` (its bytes at the copy bandwidth), ``fma_s`` (the live-row edge updates, 2 flops
     each, at the fp32 GEMM rate) and ``edges_fma_s`` (the challenge's count, every image times every
     edge, dead rows included: what a method without row skipping would compute). ``pct_peak`` is
-    the larger of the first two over the time, as for every model (:func:`pipeline.bench.measure`)."""
+    the larger of the first two over the time (``floor_s``), as for every model (:meth:`Peaks.floor_s`)."""
     return {"memory_s": work[1] / peaks.bandwidth(), "fma_s": 2.0 * work[0] / peaks.flops("fp32"),
-            "edges_fma_s": 2.0 * edges / peaks.flops("fp32")}
+            "edges_fma_s": 2.0 * edges / peaks.flops("fp32"), "floor_s": peaks.floor_s(work[1], 2.0 * work[0])}
 
 
 def _once(fn):
@@ -275,7 +275,7 @@ class SparseDnnModel(Model):
             if self.ctx.cuda and getattr(self.ctx, "peaks", None) is not None and name != "cpu":
                 floors = pass_floors(work, edges, self.ctx.peaks)
                 self.floors[net.name] = floors
-                row["pct_peak"] = 100.0 * max(floors["memory_s"], floors["fma_s"]) / med
+                row["pct_peak"] = 100.0 * floors["floor_s"] / med
         row.update(categories=int(len(cats)), golden=int(len(net.golden)), time_s=med, iqr_s=iqr,
                    rate_geps=edges / med / 1e9, transfer_s=tr_ms * 1e-3, compute_s=cp_ms * 1e-3,
                    gpus=self.workers or 1)

@@ -126,7 +126,7 @@ def _check(cfg) -> None:
     require(0 <= m.prefetch <= 4, "model.prefetch", m.prefetch, "0 (auto) or 1..4 steps")
     require(0 <= m.hot_cache <= 8192 and m.hot_cache % 4 == 0, "model.hot_cache", m.hot_cache,
             "0 (none) or a multiple of 4 up to 8192 features")
-    opt = m.get("optimizer", "sgd")
+    opt = m.optimizer
     require(opt in OPTIMIZERS, "model.optimizer", opt, " or ".join(OPTIMIZERS))
     ada = opt == "adagrad"
     require(hot_cache_bytes(m.hot_cache, m.k, ada) <= HOT_CACHE_SMEM_MAX, "model.hot_cache", m.hot_cache,
@@ -135,10 +135,10 @@ def _check(cfg) -> None:
     if ada:
         require(m["update"] == "chunk", "model.update", m["update"], "chunk (model.optimizer=adagrad steps per sample)")
         require(m.design == "warp", "model.design", m.design, "warp (model.optimizer=adagrad is in the warp kernel)")
-    require(m.get("adagrad_lr", 1.0) > 0, "model.adagrad_lr", m.get("adagrad_lr"), "a positive step size")
-    require(m.get("adagrad_init", 1.0) >= 0, "model.adagrad_init", m.get("adagrad_init"), "a non-negative accumulator")
-    require(m.get("target_margin", 0.0) >= 0, "model.target_margin", m.get("target_margin"), "a non-negative loss margin")
-    tl = m.get("target_loss", None)
+    require(m.adagrad_lr > 0, "model.adagrad_lr", m.adagrad_lr, "a positive step size")
+    require(m.adagrad_init >= 0, "model.adagrad_init", m.adagrad_init, "a non-negative accumulator")
+    require(m.target_margin >= 0, "model.target_margin", m.target_margin, "a non-negative loss margin")
+    tl = m.target_loss
     require(tl is None or tl > 0, "model.target_loss", tl, "null (strict SGD's final loss + model.target_margin) "
             "or a positive log loss")
     require(m.init_std >= 0, "model.init_std", m.init_std, "a non-negative standard deviation")

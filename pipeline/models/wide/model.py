@@ -140,7 +140,7 @@ class WideModel(Model):
             ctx.notice(f"val_auc is undefined (nan): every one of the {len(self.data.yva)} validation rows has "
                        f"label {classes[0]:g} and AUC needs both classes; the validation loss is unaffected")
         self.update = str(m["update"])
-        self.optimizer = str(m.get("optimizer", "sgd"))
+        self.optimizer = str(m.optimizer)
         self.epochs = int(m.epochs)
         self.trainers: Dict[str, object] = {}
         self.publish_us: Tuple[float, float] = (math.nan, math.nan)
@@ -248,9 +248,9 @@ class WideModel(Model):
         gmed = {v: h.median("gpu_ms") for v, h in self.hist.items()}
         floor_ms = None
         if self.ctx.peaks is not None:
-            floor_ms = data.edge_bytes / self.ctx.peaks.bandwidth() * 1e3
-        target, target_src = strict_target(self.hist, self.update, float(m.get("target_margin", 0.003)),
-                                           m.get("target_loss", None))
+            floor_ms = self.ctx.peaks.floor_s(nbytes=data.edge_bytes) * 1e3
+        target, target_src = strict_target(self.hist, self.update, float(m.target_margin),
+                                           m.target_loss)
         for v, h in self.hist.items():
             r = {"variant": v, "kind": h.kind, "updates": semantics(v, self.update),
                  "optimizer": optimizer_of(v, self.optimizer), "epochs": h.epochs,

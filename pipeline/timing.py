@@ -158,15 +158,6 @@ def timer_for(backend: str):
     return time_cpu
 
 
-def __getattr__(name: str):
-    """``pipeline.timing.time_cuda`` / ``hold_kernel`` / ``HOLD_*_US``: the CUDA side, which lives
-    in :mod:`pipeline.gpu.timer` (imported on first use, not with this module)."""
-    if name in ("time_cuda", "hold_kernel", "HOLD_MIN_US", "HOLD_MAX_US"):
-        from pipeline.gpu import timer
-        return getattr(timer, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 class Interval:
     """Time one interval of work (e.g. a training epoch) on ``backend``: CUDA events on ``stream``
     (default: the stream our launches use, see pipeline.gpu.graphs.current_stream; ``stop`` waits

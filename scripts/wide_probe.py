@@ -52,7 +52,7 @@ def main():
     import cupy as cp
     from pipeline.data.ctr_synth import SHAPES, generate
     from pipeline.gpu import device, kernels
-    from pipeline.timing import time_cuda
+    from pipeline.gpu.timer import time_cuda
     from pipeline.models.wide.gpu import spread_rows
     from pipeline.models.wide.prep import apply_ids, renumber
     info = device.init(0)

@@ -555,7 +555,7 @@ def publication_us(ctx, steps: int = 2000) -> Tuple[float, float]:
     release-add to an arrival counter and acquire polls until every block has published that step
     (lag 0: a grid barrier), or the step before (lag 1: a step may overlap the previous
     publication). Returns (lag 0, lag 1) us a step, measured once per process and device
-    (``pipeline.timing.time_cuda``, the run's bench policy)."""
+    (``pipeline.gpu.timer.time_cuda``, the run's bench policy)."""
     dev = int(ctx.device.index) if ctx.device is not None else 0
     if dev in _PUBLISH:
         return _PUBLISH[dev]
@@ -569,7 +569,7 @@ def publication_us(ctx, steps: int = 2000) -> Tuple[float, float]:
         return _PUBLISH[dev]
     import cupy as cp
     from pipeline.gpu import kernels
-    from pipeline.timing import time_cuda
+    from pipeline.gpu.timer import time_cuda
     chain = kernels.load("wide", "probe.cu").kernel("p_chain", "iiPiiP")
     sm = ctx.device.sm_count if ctx.device else 132
     counter = cp.zeros(1, cp.uint32)

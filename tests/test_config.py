@@ -432,8 +432,11 @@ def test_config_imports_only_the_variant_registries_of_models():
 
 
 def _suite_configs():
+    """The runs of conf/suite/*.yaml and of the suites kept beside them (conf/suite/*/*.yaml, run
+    with ``scripts/gpu_suite.py --suite FILE``)."""
     from pipeline import suite
-    return [(f"conf/suite/{name}.yaml:{part}[{i}]", ov) for name, s in suite.load_all().items()
+    files = sorted(suite.SUITE_DIR.glob("*.yaml")) + sorted(suite.SUITE_DIR.glob("*/*.yaml"))
+    return [(f"{f.relative_to(ROOT)}:{part}[{i}]", ov) for f in files for s in [suite.load(f)]
             for part in suite.PARTS for i, ov in enumerate(getattr(s, part))]
 
 

@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -99,10 +99,15 @@ def _pytest_summary(text: str) -> str:
     return lines[-1].strip("= ") if lines else ""
 
 
-def _run(cmd: List[str], timeout: int):
-    """(exit code, stdout + stderr) of ``cmd`` run from the project root; 124 on timeout."""
+def _run(cmd: List[str], timeout: int, tree: Optional[Path] = None):
+    """(exit code, stdout + stderr) of ``cmd`` run from the project root (or from ``tree``, another
+    checkout, with its own ``pipeline`` package first on the import path); 124 on timeout."""
+    env = None
+    if tree is not None:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(tree)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != ROOT]))
     try:
-        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(cmd, cwd=tree or ROOT, capture_output=True, text=True, timeout=timeout, env=env)
         return r.returncode, r.stdout + r.stderr
     except subprocess.TimeoutExpired as e:
         return 124, f"timed out after {timeout} s\n" + str(e.stdout or "")[-2000:]
@@ -144,7 +149,7 @@ def part_bench(out: Path, args) -> Dict[str, Any]:
                "backend=cuda", f"hydra.run.dir={store}/runs/{len(jobs)}"]
         log(f"bench {name}: {' '.join(overrides)}")
         t0 = time.time()
-        rc, text = _run(cmd, args.bench_timeout)
+        rc, text = _run(cmd, args.bench_timeout, args.tree)
         print(text[-3000:], flush=True)
         errors = [l for l in text.splitlines() if l.startswith("error:") or "Error" in l][-3:]
         jobs.append({"model": name, "overrides": overrides, "rc": rc, "seconds": time.time() - t0,
@@ -213,11 +218,70 @@ def short_gpu(record: Dict[str, Any]) -> str:
     return gpu_model(record).replace("NVIDIA ", "")
 
 
+# A row's time, whichever column its model reports it in, as (column, factor to milliseconds).
+TIME_COLUMNS = (("median_ms", 1.0), ("gpu_ms", 1.0), ("time_s", 1e3), ("layer_s", 1e3), ("epoch_ms", 1.0),
+                ("epoch_s", 1e3))
+ROW_KEYS = ("case", "network", "k", "variant")
+
+
+def _row_time(row: Dict[str, Any]) -> Optional[Tuple[str, float]]:
+    for col, scale in TIME_COLUMNS:
+        v = _number(row.get(col))
+        if v is not None and v > 0:
+            return col, v * scale
+    return None
+
+
+def before_after(records: List[Dict[str, Any]]) -> List[str]:
+    """Markdown comparing bench records tagged ``before`` and ``after`` (``run --tag``) of one GPU
+    model, one commit each: every run whose overrides both hold, every row (case, variant) both
+    report, its time before and after and their ratio; then the geometric mean and range of the
+    ratios. Empty when there is no such pair."""
+    import math
+    out: List[str] = []
+    bench = [d for d in records if d.get("part") == "bench" and d.get("tag") in ("before", "after")]
+    for gpu in sorted({gpu_model(d) for d in bench}):
+        side = {t: [d for d in bench if gpu_model(d) == gpu and d["tag"] == t] for t in ("before", "after")}
+        if not side["before"] or not side["after"]:
+            continue
+        runs = {t: {} for t in side}
+        for t, recs in side.items():
+            for d in sorted(recs, key=lambda d: d["date"]):
+                for r in d["data"]["runs"]:
+                    if r.get("status") == "FINISHED":
+                        runs[t][" ".join(sorted(_overrides(r["run"])))] = (d, r)
+        table, ratios = [], []
+        for key in [k for k in runs["after"] if k in runs["before"]]:
+            (db, rb), (da, ra) = runs["before"][key], runs["after"][key]
+            rows_b = {tuple(str(x.get(c, "")) for c in ROW_KEYS): x for x in rb["rows"]}
+            for row in ra["rows"]:
+                k = tuple(str(row.get(c, "")) for c in ROW_KEYS)
+                tb, ta = _row_time(rows_b[k]) if k in rows_b else None, _row_time(row)
+                if tb is None or ta is None or tb[0] != ta[0]:
+                    continue
+                ratios.append(ta[1] / tb[1])
+                name = " ".join(v for v in k if v)
+                table.append(f"| `{ra['run']}` | {name} | {ta[0]} | {_fmt(tb[1])} | {_fmt(ta[1])} | {ta[1] / tb[1]:.3f} |")
+        if not table:
+            continue
+        commits = lambda t: ", ".join(sorted({str(d.get("commit")) for d in side[t]}))
+        gmean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        out += [f"## Before and after ({gpu}: commit `{commits('before')}` against `{commits('after')}`)", "",
+                "The same runs of both commits on one machine, one after the other (`gpu_suite.py run --tree` "
+                "for the older checkout, `--tag before` / `--tag after`); times in ms, ratio = after / before "
+                "(below 1: faster now).", "",
+                f"{len(ratios)} rows: geometric mean of after / before {gmean:.3f}, range {min(ratios):.3f} to "
+                f"{max(ratios):.3f}.", "",
+                "| run | row | column | before ms | after ms | after / before |", "|---|---|---|---|---|---|"] + table + [""]
+    return out
+
+
 def render(files: List[Path]) -> str:
     parts: Dict[str, List[Dict[str, Any]]] = {}
     for f in files:
         d = json.loads(Path(f).read_text())
         parts.setdefault(d["part"], []).append(d)
+    compared = before_after(parts.get("bench", []))
     # A newer record supersedes an older one of the same GPU model: each test (node id), benchmark run
     # (same experiment and overrides) and sanitizer check is shown from its latest record per GPU.
     for recs in parts.values():
@@ -275,6 +339,7 @@ def render(files: List[Path]) -> str:
             head.append(f"| {short_gpu(d)} | compute-sanitizer | {x['model']} {x['tool']}: `{cfg}` | {e}, exit {x['rc']} |")
     if head:
         lines += ["## At a glance", "", "| GPU | what | run | result |", "|---|---|---|---|"] + head + [""]
+    lines += compared
     for d in parts.get("tests", []):
         t = d["data"]
         lines += [f"## GPU tests ({d['date']}, {d['gpu']})", "", f"`pytest -m gpu`: **{t.get('summary') or 'rc=' + str(t['rc'])}**", ""]
@@ -499,7 +564,11 @@ def main() -> None:
                    help="comma-separated indices into each suite's sanitize list (default: all)")
     r.add_argument("--extra", action="append", default=[],
                    help="benchmark these overrides (a quoted string, repeatable) instead of the suites' bench lists")
-    r.add_argument("--tag", default="", help="suffix for the JSON file names (after the part)")
+    r.add_argument("--tag", default="", help="suffix for the JSON file names (after the part); records tagged "
+                   "'before' and 'after' on one GPU are compared run by run in docs/gpu-results.md")
+    r.add_argument("--tree", default="", help="run the benchmarks in this other checkout of the project (e.g. "
+                   "`git archive <commit>` unpacked): its `python -m pipeline`, its configs; the record names "
+                   "the commit in its COMMIT file (or PIPELINE_COMMIT)")
     r.add_argument("pytest_args", nargs="*")
     ls = sub.add_parser("list", help="print the suites' runs as commands")
     ls.add_argument("--models", default="", help="comma-separated suites of conf/suite/ (default: all)")
@@ -544,10 +613,13 @@ def main() -> None:
             print(f"wrote the results table of {readme}")
         return
     a.models = [m for m in a.models.split(",") if m]
+    a.tree = Path(a.tree).resolve() if a.tree else None
+    if a.tree is not None and not (a.tree / "pipeline").is_dir():
+        raise SystemExit(f"error: --tree {a.tree} holds no pipeline/ package; unpack a checkout of the project there")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     gpu = gpu_name()
-    commit = source_commit()
+    commit = source_commit(a.tree)
     log(f"GPU: {gpu}")
     records, files = [], []
     for part in [p for p in a.parts.split(",") if p]:
@@ -555,6 +627,8 @@ def main() -> None:
         data = PARTS[part](out, a)
         rec = {"part": part, "gpu": gpu, "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                "commit": commit, "models": a.models, "seconds": time.time() - t0, "data": data}
+        if a.tag:
+            rec["tag"] = a.tag
         f = out / record_name(rec, a.tag)
         f.write_text(json.dumps(rec, indent=1, default=str))
         records.append(rec)
@@ -564,11 +638,15 @@ def main() -> None:
     print("\n==== summary (" + gpu + ") ====\n" + short_table(records), flush=True)
 
 
-def source_commit() -> str:
+def source_commit(tree: Optional[Path] = None) -> str:
     """The commit of the tree being run: ``PIPELINE_COMMIT``, else ``.whl/COMMIT`` (written where a
     copy of the tree is staged for another machine, whose .git may be older than its files), else
-    ``git rev-parse``."""
+    ``git rev-parse``; for ``--tree DIR``, PIPELINE_COMMIT or DIR/COMMIT."""
     commit = os.environ.get("PIPELINE_COMMIT", "").strip()
+    if tree is not None:
+        if not commit and (tree / "COMMIT").is_file():
+            commit = (tree / "COMMIT").read_text().strip()
+        return commit or "unknown"
     if not commit and (ROOT / ".whl" / "COMMIT").is_file():
         commit = (ROOT / ".whl" / "COMMIT").read_text().strip()
     if not commit:

@@ -121,3 +121,29 @@ def test_rename_gives_records_their_names(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert [f.name for f in tmp_path.iterdir()] == ["2026-01-02T1000Z_H200_abc1234_bench.json"]
+
+
+def test_before_after_compares_the_same_rows_of_tagged_records(tmp_path):
+    """Records tagged before/after on one GPU model: each row both report, its time in ms before and
+    after and the ratio; rows of one side only, other GPU models and untagged records stay out."""
+    suite = _suite()
+    gpu = "NVIDIA H100 80GB HBM3, 1, 2 MiB"
+    before = _bcm_bench(gpu, "2026-01-02 10:00 UTC", 0.10)
+    after = _bcm_bench(gpu, "2026-01-02 10:05 UTC", 0.08, run="model=bcm experiment=bcm_layers backend=cuda progress=false")
+    before["tag"], after["tag"], before["commit"] = "before", "after", "old1234"
+    sdnn = lambda t: {"experiment": "sparse_dnn", "run": "model=sparse_dnn", "status": "FINISHED", "metrics": {},
+                      "rows": [{"network": "n1", "variant": "pull", "time_s": str(t)}]}
+    before["data"]["runs"].append(sdnn(0.5))
+    after["data"]["runs"].append(sdnn(0.6))
+    other = _bcm_bench("NVIDIA H200, 1, 2 MiB", "2026-01-02 11:00 UTC", 0.05)
+    other["tag"] = "after"
+    lines = suite.before_after([before, after, other])
+    md = "\n".join(lines)
+    assert "commit `old1234` against `abc1234`" in md
+    assert "| A k=64 dft | median_ms | 0.1 | 0.08 | 0.800 |" in md
+    assert "| n1 pull | time_s | 500 | 600 | 1.200 |" in md
+    assert "H200" not in md
+    assert suite.before_after([after, other]) == []          # no before: nothing to compare
+    f = [tmp_path / "a.json", tmp_path / "b.json"]
+    f[0].write_text(json.dumps(before)), f[1].write_text(json.dumps(after))
+    assert "## Before and after (NVIDIA H100 80GB HBM3" in suite.render(f)

@@ -64,6 +64,29 @@ def test_graph_replays_kernels_cupy_and_cublas(dev):
         assert np.allclose(cupy.asnumpy(out), ref, atol=1e-5)
 
 
+def test_graph_keeps_the_captured_inputs_alive(dev):
+    """A replay reads the buffers the captured function refers to: they stay allocated for as long
+    as the graph, also when the caller drops the function and others allocate (a freed input handed
+    to the next allocation would have the replay read someone else's data)."""
+    import gc
+    import cupy
+    from pipeline.gpu.graphs import Graph
+
+    def make():
+        idx = cupy.arange(1 << 16, dtype=cupy.int32)[::-1].copy()     # a gather's indices
+        src = cupy.arange(1 << 16, dtype=cupy.float32)
+        return lambda: {"y": src[idx]}
+    g = Graph(make())
+    gc.collect()
+    junk = [cupy.full(1 << 16, -7, cupy.int32) for _ in range(8)]       # would reuse freed blocks
+    for _ in range(2):
+        g.outputs["y"].fill(np.nan)
+        g.launch()
+        cupy.cuda.Device().synchronize()
+        assert np.array_equal(cupy.asnumpy(g.outputs["y"]), np.arange(1 << 16, dtype=np.float32)[::-1])
+    del junk
+
+
 def test_chunk_feeder_overlaps_and_delivers_every_chunk(dev):
     from pipeline.gpu.transfer import ChunkFeeder, pinned_like
     r = np.random.default_rng()

@@ -58,7 +58,9 @@ def on_stream(stream):
 
 class Graph:
     """Capture ``fn()`` once; :meth:`launch` replays it and returns what ``fn`` returned (the same
-    device arrays, rewritten by each replay)."""
+    device arrays, rewritten by each replay). The graph holds ``fn`` for as long as it lives: the
+    addresses baked into it are the buffers ``fn`` refers to (its inputs, plans, workspaces), and
+    they must not go back to the allocator while a replay can still read them."""
 
     def __init__(self, fn: Callable[[], Any], stream=None):
         import cupy
@@ -80,6 +82,7 @@ class Graph:
                 raise
             _check(lib.cuStreamEndCapture(h, ctypes.byref(graph)), "cuStreamEndCapture")
         self.graph = graph
+        self.fn = fn            # keeps alive every buffer the captured work reads
         self.exec = ctypes.c_void_p()
         _check(lib.cuGraphInstantiateWithFlags(ctypes.byref(self.exec), graph, ctypes.c_ulonglong(0)),
                "cuGraphInstantiate")

@@ -94,7 +94,6 @@ def test_register_fft_kernels_match_numpy(table, k):
     from pipeline.models.bcm import gpu
     r = np.random.default_rng()
     layer = gpu.BcmLinear(1, 1, k, "rfft")
-    layer.reg_fft = k in gpu.RFFT_KS                   # (FC layers take them at k <= 16 only)
     kf = k // 2 + 1
     xs = [r.standard_normal((rows, k)).astype(np.float32) for rows in (100, 37, 64)]
     outs = [cupy.full((kf, x.shape[0]), np.nan, cupy.complex64) for x in xs]

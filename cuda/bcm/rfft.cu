@@ -10,7 +10,7 @@
 //   bcm_irfft_rows_<K>   out[r][t] = irfft(S[:][r])[t] (+ bias[(r % bmod) K + t]), optionally
 //                        time-reversed (out[r][t] = y[(K - t) mod K]), up to three row sets
 //   bcm_conv_prod_v<VB>  forward / input-gradient products of a conv layer, gathered (see below)
-//   bcm_conv_wgrad       weight-gradient product of a conv layer, gathered, split over pixels
+//   bcm_conv_wgrad_<MTT> weight-gradient product of a conv layer, gathered, split over pixels
 //
 // The FFT: a real row of K samples is a complex row of N = K/2 (z[m] = x[2m] + i x[2m+1]); a
 // radix-2 complex FFT of N points runs in registers, fully unrolled (K is a template argument),
@@ -18,7 +18,9 @@
 //   X[f] = E[f] + W^f O[f],  E = (Z[f] + conj Z[N-f]) / 2,  O = (Z[f] - conj Z[N-f]) / 2i,
 // W = exp(-2 pi i / K). The inverse runs the same steps backwards. One thread owns one row, so the
 // frequency-major stores (and loads) of a warp are 32 consecutive rows: coalesced; the rows
-// themselves pass through shared memory (padded to K + 1 floats) for coalesced row-major access.
+// themselves pass through shared memory (padded to K + 2 floats: a thread's float2 accesses of its
+// own row are free of bank conflicts) with 16-byte, fully unrolled global loads and stores, so that
+// a thread has all its loads in flight at once.
 #include "cplx.cuh"
 
 #define RFFT_ROWS 64     // rows (= threads) a block of the transforms
@@ -90,8 +92,8 @@ __device__ __forceinline__ void bcm_rfft_body(const float* __restrict__ in0, flo
                                               const float* __restrict__ in2, float2* __restrict__ out2, int rows2, int conj2,
                                               float* z0, long long zn0, float* z1, long long zn1)
 {
-    constexpr int N = K / 2, LOG = bcm_ilog2(N), LD = K + 1;
-    __shared__ float xs[RFFT_ROWS * LD];
+    constexpr int N = K / 2, LOG = bcm_ilog2(N), LD = K + 2;
+    __shared__ __align__(16) float xs[RFFT_ROWS * LD];
     const long long gstride = (long long)gridDim.x * gridDim.y * blockDim.x;
     const long long gtid = ((long long)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
     bcm_zero_span(z0, zn0, gtid, gstride);
@@ -104,18 +106,29 @@ __device__ __forceinline__ void bcm_rfft_body(const float* __restrict__ in0, flo
     if (r0 >= rows) return;
     const int nr = min(RFFT_ROWS, rows - r0);
     const float* src = in + (size_t)r0 * K;
-    for (int i = threadIdx.x; i < nr * K; i += blockDim.x)          // coalesced row-major load
-        xs[(i / K) * LD + (i % K)] = src[i];
+    if (nr == RFFT_ROWS && blockDim.x == RFFT_ROWS && (reinterpret_cast<size_t>(src) & 15) == 0) {
+        const float4* s4 = reinterpret_cast<const float4*>(src);    // coalesced, all K/4 loads in flight
+        float4 v[K / 4];
+        #pragma unroll
+        for (int it = 0; it < K / 4; ++it) v[it] = s4[threadIdx.x + it * RFFT_ROWS];
+        #pragma unroll
+        for (int it = 0; it < K / 4; ++it) {
+            const int e = 4 * (threadIdx.x + it * RFFT_ROWS), rr = e / K, t = e % K;
+            float2* d = reinterpret_cast<float2*>(xs + rr * LD + t);
+            d[0] = make_float2(v[it].x, v[it].y);
+            d[1] = make_float2(v[it].z, v[it].w);
+        }
+    } else {
+        for (int i = threadIdx.x; i < nr * K; i += blockDim.x)
+            xs[(i / K) * LD + (i % K)] = src[i];
+    }
     __syncthreads();
     const int r = threadIdx.x;
     if (r >= nr) return;
-    const float* x = xs + r * LD;                                    // bank (r + t) mod 32: no conflicts
+    const float2* x = reinterpret_cast<const float2*>(xs + r * LD);   // 64-bit word (K/2 + 1) r + m
     float2 a[N];
     #pragma unroll
-    for (int j = 0; j < N; ++j) {
-        const int m = bcm_brev(j, LOG);
-        a[j] = make_float2(x[2 * m], x[2 * m + 1]);
-    }
+    for (int j = 0; j < N; ++j) a[j] = x[bcm_brev(j, LOG)];
     if constexpr (N > 1) bcm_fft_stages<N, 1, false>(a);
     const float sg = cj ? -1.f : 1.f;
     float2* o = out + r0 + r;
@@ -140,8 +153,8 @@ __device__ __forceinline__ void bcm_irfft_body(const float2* __restrict__ R0, fl
                                                const float2* __restrict__ R2, float* __restrict__ out2, int rows2,
                                                const float* __restrict__ bias2, int bmod2, int rev2)
 {
-    constexpr int N = K / 2, LOG = bcm_ilog2(N), LD = K + 1;
-    __shared__ float ys[RFFT_ROWS * LD];
+    constexpr int N = K / 2, LOG = bcm_ilog2(N), LD = K + 2;
+    __shared__ __align__(16) float ys[RFFT_ROWS * LD];
     const float2* R; float* out; int rows; const float* bias; int bmod, rev;
     if (blockIdx.y == 0) { R = R0; out = out0; rows = rows0; bias = bias0; bmod = bmod0; rev = rev0; }
     else if (blockIdx.y == 1) { R = R1; out = out1; rows = rows1; bias = bias1; bmod = bmod1; rev = rev1; }
@@ -170,26 +183,38 @@ __device__ __forceinline__ void bcm_irfft_body(const float2* __restrict__ R0, fl
         }
         if constexpr (N > 1) bcm_fft_stages<N, 1, true>(a);
         const float s = 1.0f / (float)K;
-        float* y = ys + r * LD;
+        float2* y = reinterpret_cast<float2*>(ys + r * LD);            // y[t], natural order
         #pragma unroll
-        for (int m = 0; m < N; ++m) {
-            const int t0 = 2 * m, t1 = 2 * m + 1;
-            if (rev) {
-                y[(K - t0) & (K - 1)] = a[m].x * s;
-                y[(K - t1) & (K - 1)] = a[m].y * s;
-            } else {
-                y[t0] = a[m].x * s;
-                y[t1] = a[m].y * s;
-            }
-        }
+        for (int m = 0; m < N; ++m) y[m] = make_float2(a[m].x * s, a[m].y * s);
     }
     __syncthreads();
-    float* dst = out + (size_t)r0 * K;
-    for (int i = threadIdx.x; i < nr * K; i += blockDim.x) {         // coalesced row-major store
-        const int rr = i / K, t = i % K;
-        float v = ys[rr * LD + t];
-        if (bias) v += bias[(size_t)((r0 + rr) % bmod) * K + t];
-        dst[i] = v;
+    float* dst = out + (size_t)r0 * K;                                 // coalesced row-major store
+    const size_t al = reinterpret_cast<size_t>(dst) | reinterpret_cast<size_t>(bias);
+    if (nr == RFFT_ROWS && blockDim.x == RFFT_ROWS && (al & 15) == 0) {
+        #pragma unroll 8
+        for (int it = 0; it < K / 4; ++it) {
+            const int e = 4 * (threadIdx.x + it * RFFT_ROWS), rr = e / K, t = e % K;
+            const float* yy = ys + rr * LD;
+            float4 v;                                  // (rows start at even, not 16-byte, offsets)
+            if (rev) {
+                v = make_float4(yy[(K - t) & (K - 1)], yy[K - t - 1], yy[K - t - 2], yy[K - t - 3]);
+            } else {
+                const float2 lo = *reinterpret_cast<const float2*>(yy + t), hi = *reinterpret_cast<const float2*>(yy + t + 2);
+                v = make_float4(lo.x, lo.y, hi.x, hi.y);
+            }
+            if (bias) {
+                const float4 b = *reinterpret_cast<const float4*>(bias + (size_t)((r0 + rr) % bmod) * K + t);
+                v.x += b.x; v.y += b.y; v.z += b.z; v.w += b.w;
+            }
+            reinterpret_cast<float4*>(dst)[threadIdx.x + it * RFFT_ROWS] = v;
+        }
+    } else {
+        for (int i = threadIdx.x; i < nr * K; i += blockDim.x) {
+            const int rr = i / K, t = i % K;
+            float v = ys[rr * LD + (rev ? ((K - t) & (K - 1)) : t)];
+            if (bias) v += bias[(size_t)((r0 + rr) % bmod) * K + t];
+            dst[i] = v;
+        }
     }
 }
 
@@ -367,89 +392,122 @@ BCM_CONV_PROD(4)
 BCM_CONV_PROD(8)
 
 // Weight gradient: E[f][i][s] += sum over this block's output pixels o of G[f][o][i] X[f][in(o, s)].
-// E must be zeroed first (partial sums are added atomically). A thread owns a 2 (i) x 2 (s)
-// micro-tile; NG thread groups split the staged pixels and are summed in shared memory at the end.
-// grid (chunks, k', tiles), block 256; tile z covers micro-tiles [z MTB, (z + 1) MTB);
-// dynamic smem: max(TR (P2 + Q2), (NG - 1) MTB 4) float2, P2 / Q2 = P / Q rounded up to even.
-extern "C" __global__ void __launch_bounds__(256)
-bcm_conv_wgrad(const float2* __restrict__ G, const float2* __restrict__ X, float2* __restrict__ E,
-               int P, int Q, int CQ, int U, long long gf, long long xf, int chunk, int TR, int MTB, int NG,
-               int n, int h, int w, int ho, int wo, int kh, int kw, int pad, int stride)
+// E must be zeroed first (partial sums are added atomically). A thread owns up to MTT micro-tiles
+// of 2 (i) x 2 (s) outputs (micro-tiles lmt + j MTB, j < MTT, of this block's tile); when a tile has
+// fewer micro-tiles than threads, NG thread groups split the staged pixels and are summed in shared
+// memory at the end. grid (chunks, k', tiles), block 256; tile z covers micro-tiles
+// [z MTB MTT, (z + 1) MTB MTT); dynamic smem: max(TR (P2 + Q2), (NG - 1) MTB 4) float2, P2 / Q2 =
+// P / Q rounded up to even. The staged rows: G's rows of TR pixels (contiguous) and X gathered
+// through each tap (CQ contiguous values a (pixel, tap)).
+template <int MTT>
+__device__ __forceinline__ void bcm_conv_wgrad_body(const float2* __restrict__ G, const float2* __restrict__ X,
+                                                    float2* __restrict__ E, int P, int Q, int CQ, int U, long long gf,
+                                                    long long xf, int chunk, int TR, int MTB, int NG, BcmConvGeo geo)
 {
     extern __shared__ float4 wgs4[];
     float2* sm = reinterpret_cast<float2*>(wgs4);
-    const BcmConvGeo geo{n, h, w, ho, wo, kh, kw, pad, stride};
-    const int P2 = (P + 1) & ~1, Q2 = (Q + 1) & ~1, QH = Q2 / 2;
+    const int P2 = (P + 1) & ~1, Q2 = (Q + 1) & ~1, QH = Q2 / 2, NMT = (P2 / 2) * QH;
     float2* gs = sm;                   // [TR][P2]
     float2* xs = sm + TR * P2;         // [TR][Q2]
-    const int f = blockIdx.y;
+    const int f = blockIdx.y, taps = geo.kh * geo.kw;
     const float2* Gf = G + (size_t)f * gf;
     const float2* Xf = X + (size_t)f * xf;
     const int lmt = threadIdx.x % MTB, grp = threadIdx.x / MTB;
-    const int mt = blockIdx.z * MTB + lmt;
-    const bool active = grp < NG && mt < (P2 / 2) * QH;
-    const int i0 = active ? 2 * (mt / QH) : 0, s0 = active ? 2 * (mt % QH) : 0;
-    float2 acc[2][2];
+    int i0[MTT], s0[MTT];
+    bool on[MTT];
+    float2 acc[MTT][2][2];
     #pragma unroll
-    for (int i = 0; i < 2; ++i) acc[i][0] = acc[i][1] = make_float2(0.f, 0.f);
+    for (int j = 0; j < MTT; ++j) {
+        const int mt = (blockIdx.z * MTT + j) * MTB + lmt;
+        on[j] = grp < NG && mt < NMT;
+        i0[j] = on[j] ? 2 * (mt / QH) : 0;
+        s0[j] = on[j] ? 2 * (mt % QH) : 0;
+        acc[j][0][0] = acc[j][0][1] = acc[j][1][0] = acc[j][1][1] = make_float2(0.f, 0.f);
+    }
     const int o_begin = blockIdx.x * chunk, o_end = min(U, o_begin + chunk);
     for (int o0 = o_begin; o0 < o_end; o0 += TR) {
         for (int e = threadIdx.x; e < TR * P2; e += blockDim.x) {
             const int r = e / P2, i = e % P2, o = o0 + r;
             gs[e] = (o < o_end && i < P) ? Gf[(size_t)o * P + i] : make_float2(0.f, 0.f);
         }
-        for (int e = threadIdx.x; e < TR * Q2; e += blockDim.x) {
-            const int r = e / Q2, s = e % Q2, o = o0 + r;
-            float2 v = make_float2(0.f, 0.f);
-            if (o < o_end && s < Q) {
-                const int tap = s / CQ, cb = s % CQ;
-                const int xo = o % wo, yo = (o / wo) % ho, nn = o / (wo * ho);
-                const int nb = bcm_in_pixel(geo, nn, yo, xo, tap / kw, tap % kw);
-                if (nb >= 0) v = Xf[(size_t)nb * CQ + cb];
+        for (int e = threadIdx.x; e < TR * taps; e += blockDim.x) {   // one (pixel, tap): CQ values
+            const int r = e / taps, tap = e - r * taps, o = o0 + r;
+            int nb = -1;
+            if (o < o_end) {
+                const int xo = o % geo.wo, yo = (o / geo.wo) % geo.ho, nn = o / (geo.wo * geo.ho);
+                nb = bcm_in_pixel(geo, nn, yo, xo, tap / geo.kw, tap % geo.kw);
             }
-            xs[e] = v;
+            float2* d = xs + r * Q2 + tap * CQ;
+            const float2* src = Xf + (size_t)max(nb, 0) * CQ;
+            if ((CQ & 1) == 0) {
+                for (int cb = 0; cb < CQ; cb += 2)
+                    *reinterpret_cast<float4*>(d + cb) = nb >= 0 ? *reinterpret_cast<const float4*>(src + cb)
+                                                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+            } else {
+                for (int cb = 0; cb < CQ; ++cb) d[cb] = nb >= 0 ? src[cb] : make_float2(0.f, 0.f);
+            }
+            if (tap == taps - 1 && Q2 > Q) d[CQ] = make_float2(0.f, 0.f);   // the even-padding column
         }
         __syncthreads();
-        if (active) {
-            const int rows = min(TR, o_end - o0);
-            for (int r = grp; r < rows; r += NG) {
-                const float4 ga = *reinterpret_cast<const float4*>(gs + r * P2 + i0);
-                const float4 xb = *reinterpret_cast<const float4*>(xs + r * Q2 + s0);
+        const int rows = min(TR, o_end - o0);
+        for (int r = grp; r < rows; r += NG) {
+            #pragma unroll
+            for (int j = 0; j < MTT; ++j) {
+                if (!on[j]) continue;
+                const float4 ga = *reinterpret_cast<const float4*>(gs + r * P2 + i0[j]);
+                const float4 xb = *reinterpret_cast<const float4*>(xs + r * Q2 + s0[j]);
                 const float2 g0 = make_float2(ga.x, ga.y), g1 = make_float2(ga.z, ga.w);
                 const float2 x0 = make_float2(xb.x, xb.y), x1 = make_float2(xb.z, xb.w);
-                cfma(acc[0][0], g0, x0, false);
-                cfma(acc[0][1], g0, x1, false);
-                cfma(acc[1][0], g1, x0, false);
-                cfma(acc[1][1], g1, x1, false);
+                cfma(acc[j][0][0], g0, x0, false);
+                cfma(acc[j][0][1], g0, x1, false);
+                cfma(acc[j][1][0], g1, x0, false);
+                cfma(acc[j][1][1], g1, x1, false);
             }
         }
         __syncthreads();
     }
-    if (NG > 1) {                      // groups 1.. hand their partial sums to group 0
-        if (active && grp > 0) {
+    if (NG > 1) {                      // groups 1.. hand their partial sums to group 0 (MTT == 1 here)
+        if (on[0] && grp > 0) {
             float2* red = sm + ((size_t)(grp - 1) * MTB + lmt) * 4;
-            red[0] = acc[0][0]; red[1] = acc[0][1]; red[2] = acc[1][0]; red[3] = acc[1][1];
+            red[0] = acc[0][0][0]; red[1] = acc[0][0][1]; red[2] = acc[0][1][0]; red[3] = acc[0][1][1];
         }
         __syncthreads();
-        if (active && grp == 0) {
+        if (on[0] && grp == 0) {
             for (int g2 = 1; g2 < NG; ++g2) {
                 const float2* red = sm + ((size_t)(g2 - 1) * MTB + lmt) * 4;
-                acc[0][0] = cadd(acc[0][0], red[0]); acc[0][1] = cadd(acc[0][1], red[1]);
-                acc[1][0] = cadd(acc[1][0], red[2]); acc[1][1] = cadd(acc[1][1], red[3]);
+                acc[0][0][0] = cadd(acc[0][0][0], red[0]); acc[0][0][1] = cadd(acc[0][0][1], red[1]);
+                acc[0][1][0] = cadd(acc[0][1][0], red[2]); acc[0][1][1] = cadd(acc[0][1][1], red[3]);
             }
         }
     }
-    if (!active || grp != 0) return;
+    if (grp != 0) return;
     float2* Ef = E + (size_t)f * P * Q;
     #pragma unroll
-    for (int di = 0; di < 2; ++di) {
-        if (i0 + di >= P) continue;
+    for (int j = 0; j < MTT; ++j) {
+        if (!on[j]) continue;
         #pragma unroll
-        for (int ds = 0; ds < 2; ++ds) {
-            if (s0 + ds >= Q) continue;
-            float2* e = Ef + (size_t)(i0 + di) * Q + s0 + ds;
-            atomicAdd(&e->x, acc[di][ds].x);
-            atomicAdd(&e->y, acc[di][ds].y);
+        for (int di = 0; di < 2; ++di) {
+            if (i0[j] + di >= P) continue;
+            #pragma unroll
+            for (int ds = 0; ds < 2; ++ds) {
+                if (s0[j] + ds >= Q) continue;
+                float2* e = Ef + (size_t)(i0[j] + di) * Q + s0[j] + ds;
+                atomicAdd(&e->x, acc[j][di][ds].x);
+                atomicAdd(&e->y, acc[j][di][ds].y);
+            }
         }
     }
 }
+
+#define BCM_CONV_WGRAD(MTT, MINB)                                                                                    \
+extern "C" __global__ void __launch_bounds__(256, MINB)                                                              \
+bcm_conv_wgrad_##MTT(const float2* __restrict__ G, const float2* __restrict__ X, float2* __restrict__ E,             \
+                     int P, int Q, int CQ, int U, long long gf, long long xf, int chunk, int TR, int MTB, int NG,    \
+                     int n, int h, int w, int ho, int wo, int kh, int kw, int pad, int stride)                       \
+{                                                                                                                    \
+    bcm_conv_wgrad_body<MTT>(G, X, E, P, Q, CQ, U, gf, xf, chunk, TR, MTB, NG,                                      \
+                             BcmConvGeo{n, h, w, ho, wo, kh, kw, pad, stride});                                      \
+}
+
+BCM_CONV_WGRAD(1, 4)
+BCM_CONV_WGRAD(5, 2)

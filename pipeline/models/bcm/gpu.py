@@ -25,13 +25,9 @@ THREADS = 256
 # bcm.cu's DFT_ROWS (rows a block), DFT_DR x DFT_DF and IDFT_DR (work a thread)
 DFT_ROWS, DFT_DR, DFT_DF, IDFT_DR = 32, 2, 2, 4
 # rfft.cu: the variants built on it, the block sizes its register FFTs are compiled for (others use
-# bcm.cu's DFT kernels), RFFT_ROWS (rows = threads a block), the conv products' block and rows a thread.
-# FC layers take the register FFTs only at k <= 16: one thread a row leaves a layer-A-sized FC layer
-# (2-4 x 10^4 rows) too few warps to hide its row loads at k = 32 and 64, where bcm.cu's DFT kernels
-# (which also split the frequencies over threads) measured faster; conv layers have 10^5 rows.
+# bcm.cu's DFT kernels), RFFT_ROWS (rows = threads a block), the conv products' block and rows a thread
 RFFT_VARIANTS = ("rfft", "rfft_tf32")
 RFFT_KS = (8, 16, 32, 64)
-RFFT_FC_KS = (8, 16)
 RFFT_ROWS, CONV_THREADS, CONV_RU, WGRAD_THREADS = 64, 128, 2, 256
 
 
@@ -67,7 +63,7 @@ def _rk(name: str):
         sig = "PPiPii" * 3
     elif name.startswith("bcm_conv_prod_v"):
         sig = "PPP" + "iiiii" + "qq" + "iii" + "i" * 9
-    elif name == "bcm_conv_wgrad":
+    elif name.startswith("bcm_conv_wgrad_"):
         sig = "PPP" + "iiii" + "qq" + "iiii" + "i" * 9
     else:
         raise KeyError(name)
@@ -163,7 +159,7 @@ class BcmLinear:
         self.kf = k // 2 + 1
         self.gauss = variant == "dft3m"          # cuBLAS 3M complex GEMMs (3 real products, not 4)
         self.precision = "tf32" if variant == "rfft_tf32" else "fp32"    # of the CGEMMs
-        self.reg_fft = variant in RFFT_VARIANTS and k in RFFT_FC_KS      # rfft.cu's register FFTs
+        self.reg_fft = variant in RFFT_VARIANTS and k in RFFT_KS         # rfft.cu's register FFTs
         self._bufs: Dict[Tuple, object] = {}
         from pipeline.gpu import device
         self.sms = device.info().sm_count
@@ -371,7 +367,6 @@ class BcmConv:
         self.cq, self.p = s.c // k, s.cout // k
         self.q = s.kh * s.kw * self.cq
         self.lin = BcmLinear(self.p, self.q, k, variant)     # buffers and transforms
-        self.lin.reg_fft = k in RFFT_KS
         self.poison = self.lin.poison
         self.geo = [np.int32(v) for v in (s.n, s.h, s.w, s.ho, s.wo, s.kh, s.kw, s.pad, s.stride)]
 
@@ -391,16 +386,17 @@ class BcmConv:
         U = s.rows
         p2, q2 = p + (p & 1), q + (q & 1)
         nmt = (p2 // 2) * (q2 // 2)                 # 2 x 2 micro-tiles of the (p, q) output
-        if nmt >= WGRAD_THREADS:                    # a micro-tile a thread, tiles of WGRAD_THREADS
-            mtb, ng, tiles = WGRAD_THREADS, 1, _cdiv(nmt, WGRAD_THREADS)
+        if nmt >= WGRAD_THREADS:                    # up to 5 micro-tiles a thread, then more tiles
+            mtt = 5 if nmt > WGRAD_THREADS else 1
+            mtb, ng, tiles = WGRAD_THREADS, 1, _cdiv(nmt, WGRAD_THREADS * mtt)
         else:                                       # fewer: thread groups split the pixels
-            mtb, ng, tiles = nmt, WGRAD_THREADS // nmt, 1
-        tr = next((t for t in (32, 16, 8, 4, 2) if t * (p2 + q2) * 8 <= 48 * 1024), 1)
-        chunks = max(1, min(_cdiv(U, tr), _cdiv(4 * self.lin.sms, kf * tiles)))
+            mtt, mtb, ng, tiles = 1, nmt, WGRAD_THREADS // nmt, 1
+        tr = next((t for t in (64, 32, 16, 8, 4, 2) if t * (p2 + q2) * 8 <= 48 * 1024), 1)
+        chunks = max(1, min(_cdiv(U, tr), _cdiv(8 * self.lin.sms, kf * tiles)))
         chunk = _cdiv(_cdiv(U, chunks), tr) * tr
         shared = max(tr * (p2 + q2), (ng - 1) * mtb * 4) * 8
         i32 = np.int32
-        _rk("bcm_conv_wgrad")((_cdiv(U, chunk), kf, tiles), (WGRAD_THREADS,), G, X, E, i32(p), i32(q), i32(self.cq),
+        _rk(f"bcm_conv_wgrad_{mtt}")((_cdiv(U, chunk), kf, tiles), (WGRAD_THREADS,), G, X, E, i32(p), i32(q), i32(self.cq),
                               i32(U), np.int64(U * p), np.int64(s.n * s.h * s.w * self.cq), i32(chunk), i32(tr),
                               i32(mtb), i32(ng), *self.geo, shared=shared)
         return E

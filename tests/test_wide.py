@@ -659,7 +659,7 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
                                shards=shards, shard_hot=hot, chunk=1, prefetch=0, hot_cache=hc, spread=True,
                                optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
-    assert tr.adagrad and tr.geo["nw"] == inflight and tr.geo["smem"] == 16 * hc * tr.kp
+    assert tr.adagrad and tr.geo["nw"] == inflight and tr.geo["smem"] == 8 * hc * tr.kp
 
     _untimed(tr)
     rng = np.random.default_rng(k + shards)

@@ -364,13 +364,13 @@ static_assert(OPT == 0 || OPT == 1, "OPT: 0 (SGD) or 1 (AdaGrad)");
 // reloads PH. A hot edge then costs a shared-memory read and a shared-memory atomic instead of a
 // contended L2 gather and RED on one of the few lines every sample touches; hot rows are read as
 // of the start of the step, as the cold ones are gathered.
-// AdaGrad (OPT = 1) adds AH (the rows' accumulators as this block sees them: the model's at the step
-// start plus the block's squares since) and DH (the block's squares of the current step).
+// AdaGrad (OPT = 1) keeps no accumulators in shared memory: a hot coordinate's square goes to the
+// global accumulator as any other's (ada_step), so its step sees the squares of every block's
+// samples, not just this block's (a block-local copy lets B blocks in flight step a hot coordinate
+// up to sqrt(B) times too far within a step).
 extern __shared__ float4 wsm4[];
 #define PH (reinterpret_cast<float*>(wsm4))
 #define GH (PH + HC * KP)
-#define AH (GH + HC * KP)
-#define DH (AH + HC * KP)
 
 __device__ __forceinline__ bool cached(int f) { return CACHED && f < HC; }
 
@@ -414,26 +414,20 @@ __device__ __forceinline__ float* dst_row(float* T, float* Tsh, int f, int rs) {
 }
 
 // AdaGrad (OPT = 1): the step of coordinate q of feature f's row for the per-sample gradient gg:
-// the accumulator takes gg^2 by an atomic that returns it (a hot cached row: the block's shared copy,
-// whose squares also go to DH for the step boundary; a sharded row: this warp's shard, plus the
-// other shards as they are now), so the step sees every square issued to the coordinate before it;
-// returns ascale * gg / sqrt(accumulator) (ascale = -adagrad_lr).
+// the global accumulator takes gg^2 by an atomic that returns it (a sharded row: this warp's shard,
+// plus the other shards as they are now), cached hot row or not, so the step sees every square any
+// block issued to the coordinate before it; returns ascale * gg / sqrt(accumulator)
+// (ascale = -adagrad_lr).
 __device__ __forceinline__ float ada_step(float* A, float* Ash, int f, int q, int rs, float gg, float ascale) {
     const float sq = gg * gg;
-    float seen;
-    if (cached(f)) {
-        seen = atomicAdd(AH + f * KP + q, sq) + sq;
-        atomicAdd(DH + f * KP + q, sq);
-    } else {
-        seen = atomicAdd(dst_row(A, Ash, f, rs) + q, sq) + sq;
+    float seen = atomicAdd(dst_row(A, Ash, f, rs) + q, sq) + sq;
 #if SHARDED
-        if (f < HSH) {
+    if (f < HSH) {
 #pragma unroll
-            for (int r = 0; r < NSH; r++)
-                if (r != rs) seen += __ldcg((r == 0 ? A + (size_t)f * KP : Ash + ((size_t)(r - 1) * HSH + f) * KP) + q);
-        }
-#endif
+        for (int r = 0; r < NSH; r++)
+            if (r != rs) seen += __ldcg((r == 0 ? A + (size_t)f * KP : Ash + ((size_t)(r - 1) * HSH + f) * KP) + q);
     }
+#endif
     return seen > 0.f ? ascale * gg / sqrtf(seen) : 0.f;
 }
 
@@ -447,13 +441,9 @@ __device__ __forceinline__ void red_w(float* T, float* Tsh, int f, int rs, float
 // rsb) by coalesced REDs, GH = 0, PH = the model's hot rows (shards summed). A thread's entries are
 // loaded HSU at a time, all loads issued before the first is used: one L2 round trip, not one per entry.
 #define HSU 4
-__device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, const float* Psh, int rsb,
-                                         float* A, float* Ash) {
+__device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, const float* Psh, int rsb) {
     for (int i0 = threadIdx.x; i0 < HC * KP; i0 += HSU * blockDim.x) {
         float a[HSU];
-#if OPT
-        float c[HSU];
-#endif
 #pragma unroll
         for (int u = 0; u < HSU; u++) {
             const int i = i0 + u * blockDim.x;
@@ -465,23 +455,10 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
                     atomicAdd(dst_row(T, Tsh, f, rsb) + i % KP, g);
                 }
                 a[u] = __ldcg(P + i);
-#if OPT
-                const float s = DH[i];
-                if (s != 0.f) {
-                    DH[i] = 0.f;
-                    atomicAdd(dst_row(A, Ash, f, rsb) + i % KP, s);
-                }
-                c[u] = __ldcg(A + i);
-#endif
 #if SHARDED
                 if (f < HSH) {
 #pragma unroll
-                    for (int r = 0; r < NSH - 1; r++) {
-                        a[u] += __ldcg(Psh + (size_t)r * HSH * KP + i);
-#if OPT
-                        c[u] += __ldcg(Ash + (size_t)r * HSH * KP + i);
-#endif
-                    }
+                    for (int r = 0; r < NSH - 1; r++) a[u] += __ldcg(Psh + (size_t)r * HSH * KP + i);
                 }
 #endif
             }
@@ -489,12 +466,7 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
 #pragma unroll
         for (int u = 0; u < HSU; u++) {
             const int i = i0 + u * (int)blockDim.x;     // signed: no unsigned compare with HC = 0
-            if (i < HC * KP) {
-                PH[i] = a[u];
-#if OPT
-                AH[i] = c[u];
-#endif
-            }
+            if (i < HC * KP) PH[i] = a[u];
         }
     }
 }
@@ -700,7 +672,7 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
 }
 
 // Trains the units of the chunks order[0..n_order) with nw warps (warps past nw return at once, or,
-// with the hot-row cache, idle through the block's steps). Dynamic shared memory: 2 HC KP floats (AdaGrad: 4).
+// with the hot-row cache, idle through the block's steps). Dynamic shared memory: 2 HC KP floats.
 // update=chunk: T/Tsh/tb alias P/Psh/bb (asynchronous, shard_writes = 1); update=batch: T is a
 // gradient buffer (shard_writes = 0: every gradient to T and tb[0]) committed by warp_commit.
 extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
@@ -718,12 +690,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
     // steps: every warp of a block the same number when the block shares a hot-row cache
     const int steps = CACHED ? (n_units + nw - 1) / nw : (n_units - gw + nw - 1) / nw;
 #if CACHED
-    for (int i = threadIdx.x; i < HC * KP; i += blockDim.x) {
-        GH[i] = 0.f;
-#if OPT
-        DH[i] = 0.f;
-#endif
-    }
+    for (int i = threadIdx.x; i < HC * KP; i += blockDim.x) GH[i] = 0.f;
     const int rsb = shard_writes ? (int)(blockIdx.x % NSH) : 0;
 #endif
     // software pipeline over this warp's units u, u + nw, u + 2 nw, ...: at step t the edges and
@@ -753,7 +720,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
         gather_rows(p, ef[0], ex[0], P, Psh, false);      // cold rows: in flight during the boundary
 #if CACHED
         __syncthreads();                                   // the block's previous step is done
-        hot_sync(T, Tsh, P, Psh, rsb, A, Ash);
+        hot_sync(T, Tsh, P, Psh, rsb);
         __syncthreads();
         gather_rows(p, ef[0], ex[0], P, Psh, true);       // hot rows as of this step's start
 #endif
@@ -778,7 +745,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
     }
 #if CACHED
     __syncthreads();
-    hot_sync(T, Tsh, P, Psh, rsb, A, Ash);                 // the last step's hot gradients
+    hot_sync(T, Tsh, P, Psh, rsb);                         // the last step's hot gradients
 #endif
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);

@@ -128,11 +128,9 @@ def _check(cfg) -> None:
             "0 (none) or a multiple of 4 up to 8192 features")
     opt = m.optimizer
     require(opt in OPTIMIZERS, "model.optimizer", opt, " or ".join(OPTIMIZERS))
-    ada = opt == "adagrad"
-    require(hot_cache_bytes(m.hot_cache, m.k, ada) <= HOT_CACHE_SMEM_MAX, "model.hot_cache", m.hot_cache,
-            f"fewer rows: with k={m.k} its {4 if ada else 2} shared-memory copies must fit in "
-            f"{HOT_CACHE_SMEM_MAX // 1024} KB")
-    if ada:
+    require(hot_cache_bytes(m.hot_cache, m.k) <= HOT_CACHE_SMEM_MAX, "model.hot_cache", m.hot_cache,
+            f"fewer rows: with k={m.k} its 2 shared-memory copies must fit in {HOT_CACHE_SMEM_MAX // 1024} KB")
+    if opt == "adagrad":
         require(m["update"] == "chunk", "model.update", m["update"], "chunk (model.optimizer=adagrad steps per sample)")
         require(m.design == "warp", "model.design", m.design, "warp (model.optimizer=adagrad is in the warp kernel)")
     require(m.adagrad_lr > 0, "model.adagrad_lr", m.adagrad_lr, "a positive step size")

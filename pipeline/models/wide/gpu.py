@@ -256,7 +256,7 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     wpf = int(mc.get("prefetch", 0)) or (2 if kp * epl <= 48 else 1)   # registers: (wpf + 1) x epl edges
     ada = str(mc.get("optimizer", "sgd")) == "adagrad"
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
-            "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "smem": hot_cache_bytes(hc, k, ada)}
+            "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "smem": hot_cache_bytes(hc, k)}
 
 
 class FlowWarpTrainer(_Base):

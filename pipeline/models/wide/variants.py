@@ -21,7 +21,7 @@ def packed_width(k: int) -> int:
     return 1 if k == 0 else (k + 4) & ~3
 
 
-def hot_cache_bytes(hc: int, k: int, adagrad: bool = False) -> int:
-    """Shared memory of the warp design's hot-row cache: the rows and their step gradient (adagrad:
-    also the rows' accumulators and the step's squares)."""
-    return (16 if adagrad else 8) * int(hc) * packed_width(int(k))
+def hot_cache_bytes(hc: int, k: int) -> int:
+    """Shared memory of the warp design's hot-row cache: the rows and their step gradient (AdaGrad's
+    accumulators stay in global memory)."""
+    return 8 * int(hc) * packed_width(int(k))

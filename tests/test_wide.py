@@ -379,7 +379,8 @@ NVCC = __import__("shutil").which("nvcc")
                                   "-DWPF=1", "-DWS=2 -DWEPL=3 -DWPF=3", "-DK=10 -DWS=4 -DWEPL=7 -DWPF=1",
                                   "-DWS=4 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256", "-DK=10 -DWS=4 -DWEPL=8 -DHC=64 -DWPF=1",
                                   "-DOPT=1 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256",
-                                  "-DOPT=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32"])
+                                  "-DOPT=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32",
+                                  "-DOPT=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32 -DHC=32"])
 def test_warp_kernel_compiles_without_spills(defs, tmp_path):
     """The warp design's kernels compile for sm_90 at the geometries the trainer picks, without
     local-memory spills (a spill would put a step's registers behind global memory latency)."""
@@ -398,6 +399,9 @@ def test_warp_kernel_compiles_without_spills(defs, tmp_path):
 # std::thread per lane, shuffles and __syncwarp as barriers, atomics under a mutex, the sm_90 vector
 # RED path) and driven by the real FlowWarpTrainer with NumPy standing in for CuPy: index math,
 # the prefetch pipeline, the FM algebra, the shards and their folding checked without a GPU.
+# emu_flow_warp runs the blocks (of one warp) one after another; emu_flow_warp_rr runs them
+# together, one at a time between barriers in turn (block 0, 1, ..., 0, ...: every __syncthreads
+# hands over, each block's shared memory kept aside), so all blocks run step t before any runs t + 1.
 
 SHIM = r"""
 #pragma once
@@ -430,9 +434,10 @@ inline float4 atomicAdd(float4* p, float4 v) {
 inline float atomicExch(float* p, float v) { std::lock_guard<std::mutex> l(g_atomic); float o = *p; *p = v; return o; }
 inline float __expf(float x) { return expf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
-extern std::barrier<>* g_bar;
-inline void __syncthreads() { g_bar->arrive_and_wait(); }   // host runs blocks of one warp
-extern double g_xchg[32];
+extern thread_local std::barrier<>* g_bar;                  // the lane's warp
+extern thread_local void (*g_sync)();                       // __syncthreads of the round-robin driver
+inline void __syncthreads() { if (g_sync) g_sync(); else g_bar->arrive_and_wait(); }   // blocks of one warp
+extern thread_local double* g_xchg;
 template <class T> inline T shfl_from(T v, int src) {
     g_xchg[threadIdx.x & 31] = (double)v;
     g_bar->arrive_and_wait();
@@ -450,26 +455,81 @@ inline void __syncwarp(unsigned = 0xffffffffu) { g_bar->arrive_and_wait(); }
 DRIVER = r"""
 #include <thread>
 #include <vector>
+#include <memory>
+#include <condition_variable>
 #include "cuda_runtime.h"
 thread_local dim_ threadIdx, blockIdx;
 dim_ blockDim, gridDim;
 std::mutex g_atomic;
-std::barrier<>* g_bar;
-double g_xchg[32];
+thread_local std::barrier<>* g_bar;
+thread_local void (*g_sync)();
+thread_local double* g_xchg;
 float smem[1 << 16];
 #include "WIDE_CU"
 float4 wsm4[1 << 14];
+// round robin: the block whose turn it is runs up to its next barrier, then hands the turn on
+constexpr int RR_SMEM = 1 << 12;                 // float4s of a block's shared memory kept aside
+std::mutex rr_m;
+std::condition_variable rr_cv;
+int rr_turn, rr_grid;
+std::vector<char> rr_done;
+std::vector<std::vector<float4>> rr_smem;
+struct RRPass {
+    int b;
+    void operator()() noexcept {                 // all lanes of block b arrived: the next block's turn
+        std::lock_guard<std::mutex> l(rr_m);
+        std::copy(wsm4, wsm4 + RR_SMEM, rr_smem[b].begin());
+        int nx = b;
+        for (int i = 0; i < rr_grid; i++) { nx = (nx + 1) % rr_grid; if (!rr_done[nx]) break; }
+        rr_turn = nx;
+        std::copy(rr_smem[nx].begin(), rr_smem[nx].end(), wsm4);
+        rr_cv.notify_all();
+    }
+};
+thread_local std::barrier<RRPass>* rr_bar;
+void rr_wait() { std::unique_lock<std::mutex> l(rr_m); rr_cv.wait(l, [] { return rr_turn == (int)blockIdx.x; }); }
+void rr_sync() { rr_bar->arrive_and_wait(); rr_wait(); }
+extern "C" void emu_flow_warp_rr(int grid, int block, const int* order, int n_order, const long long* indptr,
+        const int* indices, const float* data, const float* y, int n, int nw, const float* P, const float* Psh,
+        const float* bb, float* T, float* Tsh, float* tb, int sw, float scale, double* loss, float* A, float* Ash,
+        float ascale) {
+    if (block != 32) return;                     // blocks of one warp only
+    gridDim.x = grid; blockDim.x = block;
+    rr_grid = grid; rr_turn = 0;
+    rr_done.assign(grid, 0);
+    rr_smem.assign(grid, std::vector<float4>(RR_SMEM));
+    std::vector<std::unique_ptr<std::barrier<>>> wb;
+    std::vector<std::unique_ptr<std::barrier<RRPass>>> sb;
+    std::vector<std::vector<double>> xc(grid, std::vector<double>(32));
+    for (int b = 0; b < grid; b++) {
+        wb.emplace_back(new std::barrier<>(32));
+        sb.emplace_back(new std::barrier<RRPass>(32, RRPass{b}));
+    }
+    std::vector<std::thread> th;
+    for (int b = 0; b < grid; b++)
+        for (int l = 0; l < 32; l++)
+            th.emplace_back([=, &wb, &sb, &xc] { blockIdx.x = b; threadIdx.x = l;
+                g_bar = wb[b].get(); rr_bar = sb[b].get(); g_xchg = xc[b].data(); g_sync = rr_sync;
+                rr_wait();
+                flow_warp(order, n_order, indptr, indices, data, y, n, nw, P, Psh, bb, T, Tsh, tb, sw, scale, loss,
+                          A, Ash, ascale);
+                rr_done[b] = 1;                  // only this block runs now
+                rr_bar->arrive_and_wait(); });
+    for (auto& t : th) t.join();
+}
 extern "C" void emu_flow_warp(int grid, int block, const int* order, int n_order, const long long* indptr,
         const int* indices, const float* data, const float* y, int n, int nw, const float* P, const float* Psh,
         const float* bb, float* T, float* Tsh, float* tb, int sw, float scale, double* loss, float* A, float* Ash,
         float ascale) {
     gridDim.x = grid; blockDim.x = block;
-    std::barrier<> bar(32); g_bar = &bar;
+    std::barrier<> bar(32);
+    std::barrier<>* pb = &bar;
+    static double xc[32];
     for (int b = 0; b < grid; b++)
         for (int w = 0; w < block / 32; w++) {           // warps one after another, lanes as threads
             std::vector<std::thread> th;
             for (int l = 0; l < 32; l++)
-                th.emplace_back([=] { blockIdx.x = b; threadIdx.x = w * 32 + l;
+                th.emplace_back([=] { blockIdx.x = b; threadIdx.x = w * 32 + l; g_bar = pb; g_xchg = xc; g_sync = nullptr;
                     flow_warp(order, n_order, indptr, indices, data, y, n, nw, P, Psh, bb, T, Tsh, tb, sw, scale, loss,
                               A, Ash, ascale); });
             for (auto& t : th) t.join();
@@ -500,10 +560,11 @@ def _fake_cupy():
 
 
 class _HostKernels:
-    """kernels.load stand-in: the warp kernels of wide.cu built by g++ with the trainer's defines."""
+    """kernels.load stand-in: the warp kernels of wide.cu built by g++ with the trainer's defines
+    (round_robin: flow_warp runs its blocks together, in turn between barriers)."""
 
-    def __init__(self, tmp_path):
-        self.tmp, self.libs = tmp_path, {}
+    def __init__(self, tmp_path, round_robin=False):
+        self.tmp, self.libs, self.rr = tmp_path, {}, round_robin
 
     def load(self, model, filename, defines):
         import ctypes
@@ -522,16 +583,16 @@ class _HostKernels:
             if r.returncode:
                 pytest.skip(f"g++ cannot build the host shim: {r.stderr[-300:]}")
             self.libs[key] = ctypes.CDLL(str(out))
-        return _HostModule(self.libs[key])
+        return _HostModule(self.libs[key], self.rr)
 
 
 class _HostModule:
-    def __init__(self, lib):
-        self.lib = lib
+    def __init__(self, lib, round_robin=False):
+        self.lib, self.rr = lib, round_robin
 
     def kernel(self, name, signature):
         import ctypes
-        fn = getattr(self.lib, "emu_" + name)
+        fn = getattr(self.lib, "emu_" + name + ("_rr" if self.rr and name == "flow_warp" else ""))
 
         def call(grid, block, *args, **kw):
             assert len(args) == len(signature), (name, len(args), signature)
@@ -684,6 +745,110 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
     assert err <= 2e-6, (tr.geo, err)
     assert aerr <= 1e-5 * max(1.0, float(np.abs(acc.w).max())), (tr.geo, aerr)
     assert abs(loss * data.n / len(order) - want_loss) <= 1e-6
+
+
+def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr):
+    """What flow_warp with every feature cached (blocks of one warp, one sample a step) computes under
+    the round-robin driver, with AdaGrad's accumulator global: at each step boundary block 0, 1, ...
+    in turn adds its step gradient into the model and reloads its rows; then each block in turn
+    runs its sample of the step on those rows and the live bias, each square going into the one
+    accumulator the later blocks' steps see. p and A (float64 Params, summed shards) in place;
+    returns the summed loss."""
+    d = X.shape[1]
+    kp1 = 1 if p.V is None else 1 + p.V.shape[1]
+    model = np.concatenate([p.w[:, None], p.V], 1) if kp1 > 1 else p.w[:, None].copy()
+    acc = np.concatenate([A.w[:, None], A.V], 1) if kp1 > 1 else A.w[:, None].copy()
+    gh = np.zeros((nb, d, kp1))
+    ph = np.zeros((nb, d, kp1))
+    lsum = 0.0
+    for t in range(nsteps + 1):
+        for b in range(nb):                        # boundary: flush, reload
+            model += gh[b]
+            gh[b] = 0.0
+            ph[b] = model
+        if t == nsteps:
+            break
+        for b in range(nb):
+            u = b + t * nb
+            if u >= len(order):
+                continue
+            r = int(order[u])
+            cols, xs = X.indices[X.indptr[r]:X.indptr[r + 1]], X.data[X.indptr[r]:X.indptr[r + 1]].astype(np.float64)
+            rows = ph[b][cols]
+            z = float(rows[:, 0] @ xs) + p.b
+            a2 = None
+            if kp1 > 1:
+                xv = rows[:, 1:] * xs[:, None]
+                a2 = xv.sum(0)
+                z += 0.5 * (float(a2 @ a2) - float((xv * xv).sum()))
+            dl = float(ref.sigmoid(z)) - float(y[r])
+            p.b += scale * dl
+            lsum += float(ref.logloss(np.float64(z), np.float64(y[r])))
+            for i, f in enumerate(cols):
+                x = xs[i]
+                g = np.empty(kp1)
+                g[0] = dl * x
+                if kp1 > 1:
+                    g[1:] = dl * (x * a2 - rows[i, 1:] * x * x)
+                acc[f] += g * g
+                gh[b][f] += -alr * g / np.sqrt(acc[f])
+    p.w[:] = model[:, 0]
+    A.w[:] = acc[:, 0]
+    if kp1 > 1:
+        p.V[:] = model[:, 1:]
+        A.V[:] = acc[:, 1:]
+    return lsum
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
+@pytest.mark.parametrize("k,shards", [(0, 1), (0, 4), (3, 1), (3, 2)])
+def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypatch, tmp_path, k, shards):
+    """model.optimizer=adagrad with every feature in the hot-row cache and 8 blocks running each step
+    together (the round-robin driver: within a step block b runs after blocks 0..b-1): a cached
+    coordinate's step must see the squares every block issued to it before, as one global
+    accumulator gives, not only its own block's since the step boundary (a block-local copy lets B
+    blocks in flight step a hot coordinate up to sqrt(B) times too far). Checked against a NumPy
+    emulation of that schedule (hot rows as of each block's boundary, live bias, one accumulator)."""
+    import sys
+    import types
+    from omegaconf import OmegaConf
+    import pipeline.gpu.kernels as kernels
+    import pipeline.gpu.transfer as transfer
+    from pipeline.models.wide import gpu
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    monkeypatch.setattr(kernels, "load", _HostKernels(tmp_path, round_robin=True).load)
+    monkeypatch.setattr(transfer, "upload_all", lambda d: {key: np.ascontiguousarray(v) for key, v in d.items()})
+    rng = np.random.default_rng(7 + k)
+    X = sp.random(600, 31, density=0.3, format="csr", random_state=rng, dtype=np.float32)
+    X.data = rng.uniform(0.5, 2.0, X.nnz).astype(np.float32)
+    X = sp.hstack([np.ones((600, 1), np.float32), X], format="csr")      # a feature every sample has
+    y = (rng.random(600) < 0.3).astype(np.float32)
+    data = prep.from_arrays(prep.build_arrays(X[:-100], y[:-100], X[-100:], y[-100:], 1, 16, 0), 1, 16)
+    nb = 8
+    mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update="chunk", warp_samples=1,
+                               edges_per_lane=0, inflight=nb, warps_per_block=1, shards=shards, shard_hot=16,
+                               chunk=1, prefetch=0, hot_cache=32, spread=False,
+                               optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01))
+    tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
+    assert data.d == 32 and tr.geo["HC"] == 32 and tr.geo["nw"] == nb and tr.geo["wpb"] == 1
+    assert tr.nsh == shards and tr.geo["smem"] <= 16 * 4096
+
+    _untimed(tr)
+    p0 = ref.init_params(data.d, k, 0.05, 3)
+    p0.w = (rng.standard_normal(data.d) * 0.1).astype(np.float32)
+    p0.b = 0.3
+    tr.set_params(p0)
+    order = rng.permutation(data.n_chunks)[:nb * 12 - 3].astype(np.int32)   # the last step not full
+    q, acc = p0.astype(np.float64), ref.init_accumulator(data.d, k, 0.01)
+    want_lsum = _emulate_rr_adagrad(data.Xtr, data.ytr, q, acc, order, nb, 12, -0.5 / 256, 0.05)
+    loss, _ = tr.epoch(order)
+    got, got_acc = tr.params(), tr.accumulators()
+    err = max(float(np.abs(got.w - q.w).max()), abs(got.b - q.b), float(np.abs(got.V - q.V).max()) if k else 0.0)
+    aerr = max(float(np.abs(got_acc.w - acc.w).max()), float(np.abs(got_acc.V - acc.V).max()) if k else 0.0)
+    assert float(np.abs(q.w - p0.w).max()) > 1e-2                    # it trained
+    assert err <= 1e-5, (tr.geo, err)
+    assert aerr <= 1e-5 * max(1.0, float(np.abs(acc.w).max())), (tr.geo, aerr)
+    assert abs(loss * data.n - want_lsum) <= 1e-4 * len(order)
 
 
 # ------------------------------------------------------------------------------- CLI

@@ -326,7 +326,7 @@ def test_logloss_stable_and_early_stop():
     (["model=wide_lr", "model.optimizer=adagrad", "model.update=batch"], "model.update"),
     (["model=wide_lr", "model.optimizer=adagrad", "model.design=chunk"], "model.design"),
     (["model=wide_lr", "model.optimizer=adagrad", "model.adagrad_lr=0"], "model.adagrad_lr"),
-    (["model=wide_fm", "model.k=10", "model.optimizer=adagrad", "model.hot_cache=2048"], "model.hot_cache"),
+    (["model=wide_fm", "model.k=10", "model.optimizer=adagrad", "model.hot_cache=4096"], "model.hot_cache"),
     (["model=wide_lr", "model.target_loss=-1"], "model.target_loss"),
 ])
 def test_config_errors(compose, overrides, key):
@@ -339,6 +339,7 @@ def test_warp_config_accepted(compose):
     from pipeline.config import validate
     validate(compose(["model=wide_fm", "model.design=warp", "model.warp_samples=4", "model.shards=8"]))
     validate(compose(["model=wide_fm", "model.k=10", "model.hot_cache=2048"]))          # 192 KB: fits
+    validate(compose(["model=wide_fm", "model.k=10", "model.hot_cache=2048", "model.optimizer=adagrad"]))  # the same
 
 
 def _geo_data(chunk=32, n=4000, d=3000, seed=0):

@@ -155,7 +155,7 @@ def test_warp_adagrad_one_sample_in_flight_equals_reference(compose, tmp_path, m
     """model.optimizer=adagrad, one warp training one sample a step (chunk = warp_samples = 1,
     inflight = 1): the accumulators' atomics see every earlier square, so the epoch equals the
     reference's AdaGrad steps (fixed order) to 1e-5, with the hot rows sharded, with and without
-    the hot-row cache (whose accumulators live in shared memory between step boundaries)."""
+    the hot-row cache (whose accumulators are global, as the uncached rows')."""
     from pipeline.models.wide import gpu
     ov = [f"model={model}", f"dataset={ds}", "size=small", "batch_size=256", "model.update=chunk",
           "model.shuffle=false", "model.design=warp", "model.chunk=1", "model.warp_samples=1",

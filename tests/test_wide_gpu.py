@@ -188,16 +188,9 @@ def test_warp_adagrad_one_sample_in_flight_equals_reference(compose, tmp_path, m
     assert abs(loss * data.n / n_rows - want_loss) <= 1e-5
 
 
-# Measured on an H200 (2026-11-25, docs/gpu-runs/2026-11-25T1448Z_H200_b4f529a_tests.json): flow with
-# AdaGrad ends at 0.552 (1 mini-batch in flight) and 1.127 (4) against the sequential reference's 0.543.
-# 8 and 16 in flight did not reach it either (and the staleness emulation, scripts/wide_stale_emu.py,
-# has 16 diverge). A known defect of the asynchronous AdaGrad flow (the one-sample-in-flight kernel
-# equals its reference); strict: a fix makes these pass and the marker must go.
-ASYNC_ADAGRAD = pytest.mark.xfail(strict=True, reason="asynchronous AdaGrad flow does not reach the sequential "
-                                  "reference's loss (H200: 0.552 at 1, 1.127 at 4 mini-batches in flight, vs 0.543; 8, 16 fail too)")
-
-
-@pytest.mark.parametrize("batches", [pytest.param(b, marks=ASYNC_ADAGRAD) for b in (1, 4, 8, 16)])
+# With the hot-row cache each step's AdaGrad accumulator is global (a block-local copy once made flow
+# end at 0.552 / 1.127 at 1 / 4 mini-batches in flight against the reference's 0.543; H200, 2026-11-25).
+@pytest.mark.parametrize("batches", (1, 4, 8, 16))
 def test_adagrad_final_val_loss_within_0003_of_cpu(cli, batches):
     """model.optimizer=adagrad with 1, 4, 8, 16 mini-batches of samples in flight (asynchronous): the final
     validation loss of flow within 0.003 of the sequential reference (cpu, the same AdaGrad)."""

@@ -416,7 +416,7 @@ class Headline(NamedTuple):
 
 HEADLINES = [
     Headline("bcm", "FC 8192 -> 4096, batch 128, forward + both gradients, k = 64", ["model=bcm", "experiment=bcm_layers"],
-             "median_ms", case="A k=64", unit="ms"),
+             "median_ms", case="A k=64", unit="ms", also=[["model=bcm", "block_size=64"]]),
     Headline("bcm_cnn", "CIFAR-10 test accuracy after 15 epochs, k = 16", ["experiment=bcm_cifar10_accuracy", "epochs=15"],
              "test_acc_pct", higher_is_better=True, name_column="network",
              is_baseline=lambda r: r.get("network") == "dense", unit="%"),
@@ -526,6 +526,7 @@ def update_readme(text: str, table: str) -> str:
 
 def record_name(rec: Dict[str, Any], tag: str = "") -> str:
     """``<date>T<HHMM>Z_<GPU>_<commit>_<part>[-<tag>].json``, e.g. 2026-11-21T1347Z_H200_25f6c38_bench.json."""
+    tag = tag or str(rec.get("tag", ""))
     day, hm = rec["date"].split()[:2]
     gpu = re.sub(r"[^A-Za-z0-9]+", "-", short_gpu(rec)).strip("-") or "unknown-GPU"
     commit = re.sub(r"[^A-Za-z0-9]+", "", str(rec.get("commit", ""))) or "unknown"

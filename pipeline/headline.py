@@ -7,14 +7,16 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from pipeline.results import case_columns
 
-TIME_KEYS = ("median_ms", "epoch_ms")   # the time a report ranks its variants by, first found
+# the time a report ranks its variants by (first found) and its factor to milliseconds
+TIME_KEYS = {"median_ms": 1.0, "epoch_ms": 1.0, "time_s": 1e3}
 MAX_CASE_LINES = 4
 
 
 def _time(row: Dict[str, Any], key: str) -> float:
+    """The row's time in ms (NaN when it has none)."""
     v = row.get(key)
     try:
-        f = float(v)
+        f = float(v) * TIME_KEYS.get(key, 1.0)
     except (TypeError, ValueError):
         return math.nan
     return f if f > 0 else math.nan

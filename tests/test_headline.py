@@ -36,3 +36,13 @@ def test_many_cases_give_one_counting_line():
 def test_no_time_column_or_no_variant_of_ours_gives_nothing():
     assert fastest_lines([{"variant": "x", "kind": "ours", "acc": 1.0}]) == []
     assert fastest_lines([row("A", "base", "baseline", 1.0)]) == []
+
+
+def test_a_report_timed_in_seconds_is_ranked_and_printed_in_ms():
+    """sparse_dnn's rows carry ``time_s``: the line ranks by it and prints milliseconds."""
+    base = {"network": "hpec", "N": 1024, "L": 120, "images": 1200, "ok": True}
+    rows = [dict(base, variant="snig", kind="ours", time_s=0.0073, x_vs_bf=1.36),
+            dict(base, variant="cluster", kind="ours", time_s=0.0022, x_vs_bf=4.5),
+            dict(base, variant="bf", kind="baseline", time_s=0.0099)]
+    (line,) = fastest_lines(rows, "snig")
+    assert "fastest: cluster 2.2 ms" in line and "4.5x bf" in line and "the paper's snig 7.3 ms (3.32x slower)" in line

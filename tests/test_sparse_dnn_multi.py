@@ -181,4 +181,7 @@ def test_gpu_all_workers_official_golden(official, model_cfg):
 def test_gpu_cli_all_gpus(cli):
     r = cli("model=sparse_dnn", "backend=cuda", "model.gpus=0", "model.repeats=2")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "FAIL" not in r.stdout and r.stdout.count("hpec-1024-l120") == 3
+    # the default command's rows: the paper's snig and the project's cluster, both baselines
+    assert "FAIL" not in r.stdout and r.stdout.count("hpec-1024-l120") == 4
+    for v in ("snig", "cluster", "bf", "cusparse"):
+        assert f" {v} " in r.stdout, v

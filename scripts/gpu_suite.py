@@ -21,6 +21,10 @@ headline measure of each model (``HEADLINES``):
     python3 scripts/gpu_suite.py render docs/gpu-runs/*.json
     python3 scripts/gpu_suite.py rename docs/gpu-runs/*.json      # records of other names
 
+Stopped by SIGTERM or SIGINT (a `timeout` around the command, say), the script gives the running
+child SIGINT (pytest still writes its report; a run is marked killed), writes the record of the part
+in progress with what finished, marked ``interrupted``, runs no further part and exits non-zero.
+
 Benchmarks run through the CLI (``python -m pipeline <overrides>``) with a private MLflow store, and
 their results are read back from it, so what is recorded is exactly what a user's run logs.
 """
@@ -31,6 +35,7 @@ import datetime as dt
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -71,8 +76,10 @@ def log(msg: str) -> None:
 
 def part_tests(out: Path, args) -> Dict[str, Any]:
     xml = out / "pytest-gpu.xml"
+    import importlib.util
+    per_test = ["--timeout", "300"] if importlib.util.find_spec("pytest_timeout") else []   # (pytest-timeout)
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
-           "--timeout", "300"] + (args.pytest_args or [])
+           *per_test] + (args.pytest_args or [])
     log("pytest: " + " ".join(cmd[2:]))
     t0 = time.time()
     rc, text = _run(cmd, 3000)
@@ -99,18 +106,50 @@ def _pytest_summary(text: str) -> str:
     return lines[-1].strip("= ") if lines else ""
 
 
+class Interrupted(Exception):
+    """SIGTERM or SIGINT while a child runs (e.g. the `timeout` a device command is wrapped in)."""
+
+
+_STOP = {"why": "", "in_child": False}
+GRACE_S = 20      # seconds a child gets after SIGINT to end cleanly (pytest writes its report, a run is marked)
+
+
+def _on_signal(signum, frame):
+    """Stop after the current child: record what was measured so far instead of losing the part."""
+    _STOP["why"] = f"stopped by signal {signum}"
+    if _STOP["in_child"]:
+        raise Interrupted(_STOP["why"])
+
+
 def _run(cmd: List[str], timeout: int, tree: Optional[Path] = None):
     """(exit code, stdout + stderr) of ``cmd`` run from the project root (or from ``tree``, another
-    checkout, with its own ``pipeline`` package first on the import path); 124 on timeout."""
+    checkout, with its own ``pipeline`` package first on the import path); 124 on timeout, 130 when
+    this script is stopped meanwhile. Either way the child first gets SIGINT and ``GRACE_S`` seconds
+    to end cleanly (pytest then still writes its JUnit report), then SIGKILL."""
     env = None
     if tree is not None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(tree)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != ROOT]))
+    p = subprocess.Popen(cmd, cwd=tree or ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    _STOP["in_child"] = True
     try:
-        r = subprocess.run(cmd, cwd=tree or ROOT, capture_output=True, text=True, timeout=timeout, env=env)
-        return r.returncode, r.stdout + r.stderr
-    except subprocess.TimeoutExpired as e:
-        return 124, f"timed out after {timeout} s\n" + str(e.stdout or "")[-2000:]
+        if _STOP["why"]:
+            raise Interrupted(_STOP["why"])
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
+    except (subprocess.TimeoutExpired, Interrupted) as e:
+        _STOP["in_child"] = False
+        p.send_signal(signal.SIGINT)
+        try:
+            out, _ = p.communicate(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        if isinstance(e, Interrupted):
+            return 130, f"{e}\n" + (out or "")
+        return 124, f"timed out after {timeout} s\n" + (out or "")[-2000:]
+    finally:
+        _STOP["in_child"] = False
 
 
 def _read_runs(store: Path) -> List[Dict[str, Any]]:
@@ -154,6 +193,8 @@ def part_bench(out: Path, args) -> Dict[str, Any]:
         errors = [l for l in text.splitlines() if l.startswith("error:") or "Error" in l][-3:]
         jobs.append({"model": name, "overrides": overrides, "rc": rc, "seconds": time.time() - t0,
                      "errors": errors})
+        if _STOP["why"]:
+            break
     runs = _read_runs(store)
     return {"jobs": jobs, "runs": runs}
 
@@ -182,6 +223,8 @@ def part_sanitize(out: Path, args) -> Dict[str, Any]:
                                 "seconds": time.time() - t0, "first": first,
                                 "tail": "" if errs == 0 else text[-800:]})
                 print(f"  -> rc={rc} errors={errs}", flush=True)
+                if _STOP["why"]:
+                    return {"results": results}
     return {"results": results}
 
 
@@ -302,7 +345,7 @@ def render(files: List[Path]) -> str:
         keep_runs = [r for r in d["data"]["runs"] if (gpu_model(d), r["experiment"], r["run"]) not in seen_runs]
         seen_runs |= {(gpu_model(d), r["experiment"], r["run"]) for r in d["data"]["runs"]}
         keep_jobs = [j for j in d["data"]["jobs"] if any(r["run"].startswith(" ".join(j["overrides"])) for r in keep_runs)]
-        d["data"] = {"jobs": keep_jobs, "runs": keep_runs}
+        d["data"] = {"jobs": keep_jobs, "runs": keep_runs, "interrupted": d["data"].get("interrupted", "")}
     parts["bench"] = [d for d in parts.get("bench", []) if d["data"]["runs"] or d["data"]["jobs"]]
     seen_checks: set = set()
     for d in reversed(parts.get("sanitize", [])):
@@ -342,7 +385,8 @@ def render(files: List[Path]) -> str:
     lines += compared
     for d in parts.get("tests", []):
         t = d["data"]
-        lines += [f"## GPU tests ({d['date']}, {d['gpu']})", "", f"`pytest -m gpu`: **{t.get('summary') or 'rc=' + str(t['rc'])}**", ""]
+        lines += [f"## GPU tests ({d['date']}, {d['gpu']})", "", f"`pytest -m gpu`: **{t.get('summary') or 'rc=' + str(t['rc'])}**"
+                  + (f" ({t['interrupted']}: the tests that finished before it)" if t.get("interrupted") else ""), ""]
         bad = [x for x in t["tests"] if x["outcome"] in ("failed", "error")]
         by_file: Dict[str, List[int]] = {}
         for x in t["tests"]:
@@ -356,6 +400,8 @@ def render(files: List[Path]) -> str:
     for d in parts.get("bench", []):
         b = d["data"]
         lines += [f"## Benchmarks ({d['date']}, {d['gpu']})", ""]
+        if d["data"].get("interrupted"):
+            lines += [f"{d['data']['interrupted']}: the runs that finished before it.", ""]
         for j in b["jobs"]:
             status = "ok" if j["rc"] == 0 else f"**exit {j['rc']}**"
             lines.append(f"- `python -m pipeline {' '.join(j['overrides'])}`: {status}, {j['seconds']:.0f} s"
@@ -623,9 +669,16 @@ def main() -> None:
     commit = source_commit(a.tree)
     log(f"GPU: {gpu}")
     records, files = [], []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _on_signal)
     for part in [p for p in a.parts.split(",") if p]:
+        if _STOP["why"]:
+            log(f"{part}: not run ({_STOP['why']})")
+            continue
         t0 = time.time()
         data = PARTS[part](out, a)
+        if _STOP["why"]:
+            data["interrupted"] = _STOP["why"]
         rec = {"part": part, "gpu": gpu, "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                "commit": commit, "models": a.models, "seconds": time.time() - t0, "data": data}
         if a.tag:
@@ -637,6 +690,8 @@ def main() -> None:
         log(f"{part} done in {time.time() - t0:.0f} s -> {f}")
     (out / "gpu-results.md").write_text(render(files))
     print("\n==== summary (" + gpu + ") ====\n" + short_table(records), flush=True)
+    if _STOP["why"]:
+        raise SystemExit(f"error: {_STOP['why']}: the records above hold what finished before it")
 
 
 def source_commit(tree: Optional[Path] = None) -> str:

@@ -147,3 +147,31 @@ def test_before_after_compares_the_same_rows_of_tagged_records(tmp_path):
     f = [tmp_path / "a.json", tmp_path / "b.json"]
     f[0].write_text(json.dumps(before)), f[1].write_text(json.dumps(after))
     assert "## Before and after (NVIDIA H100 80GB HBM3" in suite.render(f)
+
+
+def test_a_stopped_suite_keeps_what_finished(tmp_path):
+    """SIGTERM (e.g. the `timeout` around a device command) while a part's child runs: the child gets
+    SIGINT and ends cleanly, the part's record is written with what finished and marked interrupted,
+    later parts are not run, and the script exits non-zero."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    tests = tmp_path / "t"
+    tests.mkdir()
+    (tests / "test_slow.py").write_text(
+        "import time\nimport pytest\n\n@pytest.mark.gpu\ndef test_quick():\n    pass\n\n"
+        "@pytest.mark.gpu\ndef test_slow():\n    time.sleep(120)\n")
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "gpu_suite.py"), "run", "--parts", "tests,bench",
+                          "--out", str(out), "--", str(tests)],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(12)                   # pytest has started, test_quick passed, test_slow sleeps
+    p.send_signal(signal.SIGTERM)
+    text, _ = p.communicate(timeout=90)
+    assert p.returncode != 0, text
+    recs = [json.loads(f.read_text()) for f in out.glob("*.json")]
+    assert [r["part"] for r in recs] == ["tests"], text           # bench never started
+    data = recs[0]["data"]
+    assert "signal" in data["interrupted"]
+    assert {t["id"].split("::")[-1]: t["outcome"] for t in data["tests"]}.get("test_quick") == "passed", text

@@ -696,6 +696,14 @@ def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shar
     assert abs(loss * data.n / rows - want_loss) <= 1e-6
 
 
+def _param_and_accumulator_errors(tr, q, acc, k):
+    """Largest |trainer - expected| over the parameters (w, b, V) and over the AdaGrad accumulators."""
+    got, got_acc = tr.params(), tr.accumulators()
+    err = max(float(np.abs(got.w - q.w).max()), abs(got.b - q.b), float(np.abs(got.V - q.V).max()) if k else 0.0)
+    aerr = max(float(np.abs(got_acc.w - acc.w).max()), float(np.abs(got_acc.V - acc.V).max()) if k else 0.0)
+    return err, aerr
+
+
 @pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
 @pytest.mark.parametrize("k,shards,hot,inflight,hc", [
     (0, 1, 0, 1, 0), (0, 8, 64, 4, 0), (10, 4, 32, 3, 0), (3, 2, 8, 4, 0), (0, 4, 64, 4, 32), (10, 2, 8, 2, 16)])
@@ -739,9 +747,7 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
     seq = np.concatenate([order[g::inflight] for g in range(inflight)])
     want_loss = ref.train_epoch(data.Xtr, data.ytr, q, seq, 1, 1, 0.5, 256, acc, 0.05)
     loss, _ = tr.epoch(order)
-    got, got_acc = tr.params(), tr.accumulators()
-    err = max(float(np.abs(got.w - q.w).max()), abs(got.b - q.b), float(np.abs(got.V - q.V).max()) if k else 0.0)
-    aerr = max(float(np.abs(got_acc.w - acc.w).max()), float(np.abs(got_acc.V - acc.V).max()) if k else 0.0)
+    err, aerr = _param_and_accumulator_errors(tr, q, acc, k)
     assert float(np.abs(q.w - p0.w).max()) > 1e-3                    # it trained
     assert err <= 2e-6, (tr.geo, err)
     assert aerr <= 1e-5 * max(1.0, float(np.abs(acc.w).max())), (tr.geo, aerr)
@@ -843,9 +849,7 @@ def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypat
     q, acc = p0.astype(np.float64), ref.init_accumulator(data.d, k, 0.01)
     want_lsum = _emulate_rr_adagrad(data.Xtr, data.ytr, q, acc, order, nb, 12, -0.5 / 256, 0.05)
     loss, _ = tr.epoch(order)
-    got, got_acc = tr.params(), tr.accumulators()
-    err = max(float(np.abs(got.w - q.w).max()), abs(got.b - q.b), float(np.abs(got.V - q.V).max()) if k else 0.0)
-    aerr = max(float(np.abs(got_acc.w - acc.w).max()), float(np.abs(got_acc.V - acc.V).max()) if k else 0.0)
+    err, aerr = _param_and_accumulator_errors(tr, q, acc, k)
     assert float(np.abs(q.w - p0.w).max()) > 1e-2                    # it trained
     assert err <= 1e-5, (tr.geo, err)
     assert aerr <= 1e-5 * max(1.0, float(np.abs(acc.w).max())), (tr.geo, aerr)

@@ -21,6 +21,11 @@ headline measure of each model (``HEADLINES``):
     python3 scripts/gpu_suite.py render docs/gpu-runs/*.json
     python3 scripts/gpu_suite.py rename docs/gpu-runs/*.json      # records of other names
 
+Before and after a change, on one machine in one call: unpack the older commit beside the project
+(``git archive <commit> | tar -x -C /tmp/before; echo <commit> > /tmp/before/COMMIT``), run the same
+runs there with ``--tree /tmp/before --tag before`` and here with ``--tag after``; ``render`` then
+compares the two records row by row (``conf/suite/extra/harness_before_after.yaml`` is such a list).
+
 Stopped by SIGTERM or SIGINT (a `timeout` around the command, say), the script gives the running
 child SIGINT (pytest still writes its report; a run is marked killed), writes the record of the part
 in progress with what finished, marked ``interrupted``, runs no further part and exits non-zero.

@@ -7,19 +7,22 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from pipeline.results import case_columns
 
-# the time a report ranks its variants by (first found) and its factor to milliseconds
-TIME_KEYS = {"median_ms": 1.0, "epoch_ms": 1.0, "time_s": 1e3}
+# the time columns of the models' reports and their factor to milliseconds
+TO_MS = {"median_ms": 1.0, "gpu_ms": 1.0, "epoch_ms": 1.0, "time_s": 1e3, "layer_s": 1e3, "epoch_s": 1e3}
+TIME_KEYS = ("median_ms", "epoch_ms", "time_s")   # the time a report ranks its variants by, first found
 MAX_CASE_LINES = 4
 
 
-def _time(row: Dict[str, Any], key: str) -> float:
-    """The row's time in ms (NaN when it has none)."""
+def row_ms(row: Dict[str, Any], key: str) -> float:
+    """The row's ``key`` in ms (a time column of ``TO_MS``; other columns as they are), NaN when it
+    has no positive value."""
     v = row.get(key)
     try:
-        f = float(v) * TIME_KEYS.get(key, 1.0)
+        f = float(v) * TO_MS.get(key, 1.0)
     except (TypeError, ValueError):
         return math.nan
     return f if f > 0 else math.nan
+
 
 
 def _ms(t: float) -> str:
@@ -45,22 +48,22 @@ def _case_label(row: Dict[str, Any]) -> str:
 def _ratio(row: Dict[str, Any], base: Dict[str, Any], key: str) -> float:
     """The row's own ``x_vs_<baseline>`` (the per-round median of a side-by-side measurement) when
     it has one, else the ratio of the two times."""
-    own = _time(row, f"x_vs_{base['variant']}")
-    return own if not math.isnan(own) else _time(base, key) / _time(row, key)
+    own = row_ms(row, f"x_vs_{base['variant']}")
+    return own if not math.isnan(own) else row_ms(base, key) / row_ms(row, key)
 
 
 def _line(rows: Sequence[Dict[str, Any]], key: str, paper: Optional[str]) -> Optional[str]:
-    good = [r for r in rows if r.get("ok", True) is not False and not math.isnan(_time(r, key))
+    good = [r for r in rows if r.get("ok", True) is not False and not math.isnan(row_ms(r, key))
             and r.get("variant")]
     ours = [r for r in good if r.get("kind") == "ours"]
     if not ours:
         return None
-    best = min(ours, key=lambda r: _time(r, key))
-    fastest = min(good, key=lambda r: _time(r, key))
-    t = _time(best, key)
+    best = min(ours, key=lambda r: row_ms(r, key))
+    fastest = min(good, key=lambda r: row_ms(r, key))
+    t = row_ms(best, key)
     parts = [f"{_case_label(best)}fastest: {best['variant']} {_ms(t)}"]
     if fastest is not best:
-        parts = [f"{_case_label(best)}fastest: {fastest['variant']} {_ms(_time(fastest, key))} (a baseline); "
+        parts = [f"{_case_label(best)}fastest: {fastest['variant']} {_ms(row_ms(fastest, key))} (a baseline); "
                  f"ours best: {best['variant']} {_ms(t)}"]
     ratios = [f"{_ratio(best, b, key):.3g}x {b['variant']}" for b in good if b.get("kind") == "baseline"]
     if ratios:
@@ -70,7 +73,7 @@ def _line(rows: Sequence[Dict[str, Any]], key: str, paper: Optional[str]) -> Opt
     elif paper:
         p = [r for r in good if r["variant"] == paper]
         if p:
-            parts.append(f"the paper's {paper} {_ms(_time(p[0], key))} ({_time(p[0], key) / t:.3g}x slower)")
+            parts.append(f"the paper's {paper} {_ms(row_ms(p[0], key))} ({row_ms(p[0], key) / t:.3g}x slower)")
     return "; ".join(parts)
 
 
@@ -90,13 +93,13 @@ def fastest_lines(rows: Sequence[Dict[str, Any]], paper: Optional[str] = None) -
     wins: Dict[str, int] = {}
     beaten = 0
     for rs in cases.values():
-        good = [r for r in rs if r.get("ok", True) is not False and not math.isnan(_time(r, key))]
+        good = [r for r in rs if r.get("ok", True) is not False and not math.isnan(row_ms(r, key))]
         ours = [r for r in good if r.get("kind") == "ours"]
         if not ours:
             continue
-        b = min(ours, key=lambda r: _time(r, key))
+        b = min(ours, key=lambda r: row_ms(r, key))
         wins[b["variant"]] = wins.get(b["variant"], 0) + 1
-        beaten += any(r.get("kind") == "baseline" and _time(r, key) < _time(b, key) for r in good)
+        beaten += any(r.get("kind") == "baseline" and row_ms(r, key) < row_ms(b, key) for r in good)
     if not wins:
         return []
     order = sorted(wins.items(), key=lambda kv: -kv[1])

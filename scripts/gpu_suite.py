@@ -135,11 +135,11 @@ def _run(cmd: List[str], timeout: int, tree: Optional[Path] = None):
     if tree is not None:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [str(tree)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != ROOT]))
+    if _STOP["why"]:
+        return 130, _STOP["why"]
     p = subprocess.Popen(cmd, cwd=tree or ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     _STOP["in_child"] = True
     try:
-        if _STOP["why"]:
-            raise Interrupted(_STOP["why"])
         out, _ = p.communicate(timeout=timeout)
         return p.returncode, out
     except (subprocess.TimeoutExpired, Interrupted) as e:
@@ -266,17 +266,17 @@ def short_gpu(record: Dict[str, Any]) -> str:
     return gpu_model(record).replace("NVIDIA ", "")
 
 
-# A row's time, whichever column its model reports it in, as (column, factor to milliseconds).
-TIME_COLUMNS = (("median_ms", 1.0), ("gpu_ms", 1.0), ("time_s", 1e3), ("layer_s", 1e3), ("epoch_ms", 1.0),
-                ("epoch_s", 1e3))
+# A row's time, whichever column its model reports it in (device time first), in ms.
+TIME_COLUMNS = ("median_ms", "gpu_ms", "time_s", "layer_s", "epoch_ms", "epoch_s")
 ROW_KEYS = ("case", "network", "k", "variant")
 
 
 def _row_time(row: Dict[str, Any]) -> Optional[Tuple[str, float]]:
-    for col, scale in TIME_COLUMNS:
-        v = _number(row.get(col))
-        if v is not None and v > 0:
-            return col, v * scale
+    from pipeline.headline import row_ms
+    for col in TIME_COLUMNS:
+        ms = row_ms(row, col)
+        if ms == ms:
+            return col, ms
     return None
 
 
@@ -688,7 +688,7 @@ def main() -> None:
                "commit": commit, "models": a.models, "seconds": time.time() - t0, "data": data}
         if a.tag:
             rec["tag"] = a.tag
-        f = out / record_name(rec, a.tag)
+        f = out / record_name(rec)
         f.write_text(json.dumps(rec, indent=1, default=str))
         records.append(rec)
         files.append(f)

@@ -160,13 +160,16 @@ def test_a_stopped_suite_keeps_what_finished(tmp_path):
     tests = tmp_path / "t"
     tests.mkdir()
     (tests / "test_slow.py").write_text(
-        "import time\nimport pytest\n\n@pytest.mark.gpu\ndef test_quick():\n    pass\n\n"
-        "@pytest.mark.gpu\ndef test_slow():\n    time.sleep(120)\n")
+        "import pathlib, time\nimport pytest\n\n@pytest.mark.gpu\ndef test_quick():\n    pass\n\n"
+        f"@pytest.mark.gpu\ndef test_slow():\n    pathlib.Path({str(tmp_path / 'slow')!r}).touch()\n"
+        "    time.sleep(120)\n")
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "gpu_suite.py"), "run", "--parts", "tests,bench",
                           "--out", str(out), "--", str(tests)],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(12)                   # pytest has started, test_quick passed, test_slow sleeps
+    deadline = time.time() + 120
+    while not (tmp_path / "slow").exists() and time.time() < deadline:   # test_quick passed, test_slow sleeps
+        time.sleep(0.2)
     p.send_signal(signal.SIGTERM)
     text, _ = p.communicate(timeout=90)
     assert p.returncode != 0, text

@@ -584,6 +584,15 @@ def record_name(rec: Dict[str, Any], tag: str = "") -> str:
     return f"{day}T{hm.replace(':', '')}Z_{gpu}_{commit}_{rec['part']}{'-' + tag if tag else ''}.json"
 
 
+def unused_path(out: Path, name: str) -> Path:
+    """``out/name``, or ``out/<stem>-2.json``, ``-3``, ... when a record of the same part, GPU, commit and
+    minute is already there (two invocations within a minute must not overwrite each other's record)."""
+    f, n = out / name, 2
+    while f.exists():
+        f, n = out / f"{Path(name).stem}-{n}{Path(name).suffix}", n + 1
+    return f
+
+
 def short_table(records: List[Dict[str, Any]]) -> str:
     out = []
     for d in records:
@@ -688,7 +697,7 @@ def main() -> None:
                "commit": commit, "models": a.models, "seconds": time.time() - t0, "data": data}
         if a.tag:
             rec["tag"] = a.tag
-        f = out / record_name(rec)
+        f = unused_path(out, record_name(rec))
         f.write_text(json.dumps(rec, indent=1, default=str))
         records.append(rec)
         files.append(f)

@@ -2,6 +2,7 @@
 per GPU model), the README's results table, and the names of the records."""
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -106,10 +107,23 @@ def test_committed_records_and_readme_agree():
     assert files
     recs = [json.loads(f.read_text()) for f in files]
     for f, r in zip(files, recs):
-        assert f.name == suite.record_name(r), f.name
+        stem = suite.record_name(r)[:-len(".json")]
+        assert re.fullmatch(re.escape(stem) + r"(-\d+)?\.json", f.name), f.name
     readme = (ROOT / "README.md").read_text()
     assert suite.update_readme(readme, suite.results_table(recs)) == readme
     assert "| `bcm` |" in readme and "| `sparse_dnn` |" in readme
+
+
+def test_a_second_record_of_the_same_minute_does_not_overwrite_the_first(tmp_path):
+    suite = _suite()
+    name = "2026-11-26T0700Z_H200_6fd4ab8_bench.json"
+    first = suite.unused_path(tmp_path, name)
+    assert first == tmp_path / name
+    first.write_text("{}")
+    second = suite.unused_path(tmp_path, name)
+    assert second.name == "2026-11-26T0700Z_H200_6fd4ab8_bench-2.json"
+    second.write_text("{}")
+    assert suite.unused_path(tmp_path, name).name == "2026-11-26T0700Z_H200_6fd4ab8_bench-3.json"
 
 
 def test_rename_gives_records_their_names(tmp_path):

@@ -192,3 +192,44 @@ def test_a_stopped_suite_keeps_what_finished(tmp_path):
     data = recs[0]["data"]
     assert "signal" in data["interrupted"]
     assert {t["id"].split("::")[-1]: t["outcome"] for t in data["tests"]}.get("test_quick") == "passed", text
+
+
+def test_table_pivots_rows_of_records(tmp_path):
+    """`gpu_suite.py table`: one line per index tuple in numeric order, one column per variant (scaled),
+    extra columns, a later record winning on the same index and variant, and the records' line."""
+    suite = _suite()
+    row = lambda L, v, ms, x="": {"case": f"L={L}", "L": str(L), "variant": v, "ok": "True", "median_ms": str(ms),
+                                  "x_vs_torch_topk": x}
+    run = lambda rows: {"experiment": "softmax_topn", "run": "model=softmax_topn", "status": "FINISHED",
+                        "rows": rows, "metrics": {}}
+    old = _bcm_bench("NVIDIA H200, 1, 2 MiB", "2026-01-01 10:00 UTC", 0.1)
+    old["data"]["runs"] = [run([row(1024, "topn_bucket", 0.5, "9"), row(1024, "torch_topk", 0.2)])]
+    new = dict(old, commit="def5678", data={"runs": [run([row(1024, "topn_bucket", 0.025, "8"), row(2, "topn_bucket", 0.007, "7"),
+                                                          row(2, "torch_topk", 0.05)])]})
+    files = [tmp_path / "old.json", tmp_path / "new.json"]
+    for f, r in zip(files, (old, new)):
+        f.write_text(json.dumps(r))
+    md = suite.doc_table(files, ["softmax_topn"], ["L"], ["topn_bucket", "torch_topk"], "median_ms",
+                         ["topn_bucket:x_vs_torch_topk:bucket x torch"], scale=1000, unit="µs", decimals=["1"])
+    assert md.splitlines() == [
+        "| L | `topn_bucket` µs | `torch_topk` µs | bucket x torch |", "|---|---|---|---|",
+        "| 2 | 7.0 | 50.0 | 7.0 |", "| 1024 | 25.0 | 200.0 | 8.0 |", "",
+        "Records: `old.json`, `new.json`; GPU H200; commits `abc1234`, `def5678`"]
+
+
+def test_doc_tables_are_generated_from_their_records(tmp_path):
+    """Every table of docs/models under a `<!-- generated: python3 scripts/gpu_suite.py table ... -->` line
+    is what that command prints now (`gpu_suite.py table --update-docs` rewrites them); a number edited
+    by hand is caught."""
+    suite = _suite()
+    docs = sorted((ROOT / "docs" / "models").glob("*.md"))
+    found = {d.name for d in docs if suite.generated_tables(d.read_text())}
+    assert {"argueta.md", "sparse_dnn.md", "wide.md"} <= found
+    assert suite.doc_tables(docs) == []
+    text = (ROOT / "docs" / "models" / "argueta.md").read_text()
+    start, _, _ = suite.generated_tables(text)[0]
+    edited = tmp_path / "argueta.md"
+    edited.write_text(text.replace("| 1024 | 10 | 25.3 |", "| 1024 | 10 | 24.3 |"))
+    assert edited.read_text() != text
+    assert suite.doc_tables([edited]) == [f"{edited}:{start + 1}"]
+    assert suite.doc_tables([edited], update=True) and edited.read_text() == text

@@ -25,10 +25,15 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 
 
 # Define sets the models compile with, beside the files' own defaults (what a run of each model
-# passes to kernels.load: LR with the hot-row cache and two samples a warp, FM without the cache).
+# passes to kernels.load: LR with the hot-row cache and two samples a warp, FM without the cache;
+# model.optimizer=adagrad with the warp-aggregated accumulator atomics and without).
 DEFINES = {
     "cuda/wide/wide.cu": [{"K": 0, "C": 32, "H": 256, "HC": 256, "WS": 2},
-                          {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 1}],
+                          {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 1},
+                          {"K": 0, "C": 32, "H": 256, "HC": 256, "WS": 2, "NSH": 8, "HSH": 256, "OPT": 1},
+                          {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 4, "NSH": 4, "HSH": 32, "OPT": 1},
+                          {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 4, "NSH": 4, "HSH": 32, "OPT": 1,
+                           "ADA_AGG": 0}],
 }
 BUILDS = [(src, None) for src in SOURCES] + \
          [(src, d) for src, sets in DEFINES.items() if src in SOURCES for d in sets]

@@ -381,7 +381,9 @@ NVCC = __import__("shutil").which("nvcc")
                                   "-DWS=4 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256", "-DK=10 -DWS=4 -DWEPL=8 -DHC=64 -DWPF=1",
                                   "-DOPT=1 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256",
                                   "-DOPT=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32",
-                                  "-DOPT=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32 -DHC=32"])
+                                  "-DOPT=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32 -DHC=32",
+                                  "-DOPT=1 -DADA_AGG=0 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256",
+                                  "-DOPT=1 -DADA_AGG=0 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32"])
 def test_warp_kernel_compiles_without_spills(defs, tmp_path):
     """The warp design's kernels compile for sm_90 at the geometries the trainer picks, without
     local-memory spills (a spill would put a step's registers behind global memory latency)."""
@@ -411,6 +413,8 @@ SHIM = r"""
 #include <algorithm>
 #include <mutex>
 #include <barrier>
+#include <semaphore>
+#include <cstdlib>
 using std::min; using std::max;
 #define __global__
 #define __device__
@@ -437,20 +441,57 @@ inline float __expf(float x) { return expf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 extern thread_local std::barrier<>* g_bar;                  // the lane's warp
 extern thread_local void (*g_sync)();                       // __syncthreads of the round-robin driver
-inline void __syncthreads() { if (g_sync) g_sync(); else g_bar->arrive_and_wait(); }   // blocks of one warp
+// lane-serial driver: between two barriers of the warp its lanes run one at a time in lane order (lane l
+// waits on turn[l], passes it to l + 1 at its next barrier); null: the lanes run freely
+struct Turn { std::binary_semaphore s{0}; };
+extern thread_local Turn* g_turn;
+inline void warp_barrier() {
+    const int l = threadIdx.x & 31;
+    if (g_turn) g_turn[(l + 1) & 31].s.release();
+    g_bar->arrive_and_wait();
+    if (g_turn) g_turn[l].s.acquire();
+}
+inline void __syncthreads() { if (g_sync) g_sync(); else warp_barrier(); }   // blocks of one warp
 extern thread_local double* g_xchg;
 template <class T> inline T shfl_from(T v, int src) {
     g_xchg[threadIdx.x & 31] = (double)v;
-    g_bar->arrive_and_wait();
+    warp_barrier();
     T r = (T)g_xchg[src & 31];
-    g_bar->arrive_and_wait();
+    warp_barrier();
     return r;
 }
 template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) { return shfl_from(v, (int)(threadIdx.x & 31) ^ o); }
 template <class T> inline T __shfl_down_sync(unsigned, T v, int o) {
     int l = threadIdx.x & 31; return shfl_from(v, l + o < 32 ? l + o : l); }
 template <class T> inline T __shfl_sync(unsigned, T v, int s) { return shfl_from(v, s); }
-inline void __syncwarp(unsigned = 0xffffffffu) { g_bar->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { warp_barrier(); }
+// votes and matches: every lane of the mask takes part (a lane of the mask that does not call it
+// would hang the barrier; the kernel calls them with all 32 lanes); all[l] = lane l's value
+template <class T> inline void warp_values(unsigned mask, T v, T* all) {
+    if (mask != 0xffffffffu) std::abort();           // partial masks: not emulated
+    g_xchg[threadIdx.x & 31] = (double)v;            // int, unsigned: exact in a double
+    warp_barrier();
+    for (int l = 0; l < 32; l++) all[l] = (T)g_xchg[l];
+    warp_barrier();
+}
+inline unsigned __match_any_sync(unsigned mask, int v) {
+    int all[32]; warp_values(mask, v, all);
+    unsigned m = 0;
+    for (int l = 0; l < 32; l++) if ((mask >> l & 1u) && all[l] == v) m |= 1u << l;
+    return m;
+}
+inline int __any_sync(unsigned mask, int p) {
+    int all[32]; warp_values(mask, p ? 1 : 0, all);
+    for (int l = 0; l < 32; l++) if (all[l]) return 1;
+    return 0;
+}
+inline unsigned __reduce_max_sync(unsigned mask, unsigned v) {
+    unsigned all[32]; warp_values(mask, v, all);
+    return *std::max_element(all, all + 32);
+}
+inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
 """
 
 DRIVER = r"""
@@ -464,7 +505,9 @@ dim_ blockDim, gridDim;
 std::mutex g_atomic;
 thread_local std::barrier<>* g_bar;
 thread_local void (*g_sync)();
+thread_local Turn* g_turn;
 thread_local double* g_xchg;
+int g_lane_serial;                               // emu_flow_warp: the lanes of a warp in turn between barriers
 float smem[1 << 16];
 #include "WIDE_CU"
 float4 wsm4[1 << 14];
@@ -528,11 +571,17 @@ extern "C" void emu_flow_warp(int grid, int block, const int* order, int n_order
     static double xc[32];
     for (int b = 0; b < grid; b++)
         for (int w = 0; w < block / 32; w++) {           // warps one after another, lanes as threads
+            std::vector<Turn> turn(32);
+            turn[0].s.release();                         // lane-serial: lane 0 first
+            Turn* pt = g_lane_serial ? turn.data() : nullptr;
             std::vector<std::thread> th;
             for (int l = 0; l < 32; l++)
                 th.emplace_back([=] { blockIdx.x = b; threadIdx.x = w * 32 + l; g_bar = pb; g_xchg = xc; g_sync = nullptr;
+                    g_turn = pt;
+                    if (pt) pt[l].s.acquire();
                     flow_warp(order, n_order, indptr, indices, data, y, n, nw, P, Psh, bb, T, Tsh, tb, sw, scale, loss,
-                              A, Ash, ascale); });
+                              A, Ash, ascale);
+                    if (pt) pt[(l + 1) & 31].s.release(); });
             for (auto& t : th) t.join();
         }
 }
@@ -562,10 +611,12 @@ def _fake_cupy():
 
 class _HostKernels:
     """kernels.load stand-in: the warp kernels of wide.cu built by g++ with the trainer's defines
-    (round_robin: flow_warp runs its blocks together, in turn between barriers)."""
+    (round_robin: flow_warp runs its blocks together, in turn between barriers; lane_serial: the
+    lanes of a warp run one at a time in lane order between its barriers, so the order of their
+    atomics is fixed)."""
 
-    def __init__(self, tmp_path, round_robin=False):
-        self.tmp, self.libs, self.rr = tmp_path, {}, round_robin
+    def __init__(self, tmp_path, round_robin=False, lane_serial=False):
+        self.tmp, self.libs, self.rr, self.serial = tmp_path, {}, round_robin, lane_serial
 
     def load(self, model, filename, defines):
         import ctypes
@@ -584,6 +635,7 @@ class _HostKernels:
             if r.returncode:
                 pytest.skip(f"g++ cannot build the host shim: {r.stderr[-300:]}")
             self.libs[key] = ctypes.CDLL(str(out))
+        ctypes.c_int.in_dll(self.libs[key], "g_lane_serial").value = int(self.serial)
         return _HostModule(self.libs[key], self.rr)
 
 
@@ -854,6 +906,111 @@ def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypat
     assert err <= 1e-5, (tr.geo, err)
     assert aerr <= 1e-5 * max(1.0, float(np.abs(acc.w).max())), (tr.geo, aerr)
     assert abs(loss * data.n - want_lsum) <= 1e-4 * len(order)
+
+
+def _host_adagrad_warps(monkeypatch, tmp_path, X, y, k, ws, shards, hot, inflight, hc, aggregate, lane_serial,
+                        n_chunks):
+    """A FlowWarpTrainer with AdaGrad (chunk = warp_samples = ws: a unit is a chunk) whose kernel runs
+    on the host, one warp at a time; trains n_chunks chunks of a seeded order from seeded parameters.
+    Returns (trainer, data, p0, summed loss, the emulation's Params, accumulators, groups, largest)."""
+    import sys
+    import types
+    from omegaconf import OmegaConf
+    import pipeline.gpu.kernels as kernels
+    import pipeline.gpu.transfer as transfer
+    from pipeline.models.wide import gpu
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    monkeypatch.setattr(kernels, "load", _HostKernels(tmp_path, lane_serial=lane_serial).load)
+    monkeypatch.setattr(transfer, "upload_all", lambda d: {key: np.ascontiguousarray(v) for key, v in d.items()})
+    n_val = X.shape[0] // 10
+    data = prep.from_arrays(prep.build_arrays(X[:-n_val], y[:-n_val], X[-n_val:], y[-n_val:], ws, 16, 0), ws, 16)
+    wg = 32 // ws
+    lens = np.diff(data.Xtr.indptr)
+    # FM: every edge in registers (a tail edge's row is read at apply time, after this step's earlier
+    # updates); LR: half the rows with a tail (the apply reads no parameter)
+    epl = -(-int(lens.max()) // wg) if k else max(1, int(np.median(lens)) // wg)
+    mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update="chunk", warp_samples=ws,
+                               edges_per_lane=epl, inflight=inflight, warps_per_block=1 if hc else 0,
+                               shards=shards, shard_hot=hot, chunk=ws, prefetch=0, hot_cache=hc, spread=True,
+                               optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01,
+                               adagrad_aggregate=aggregate))
+    tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
+    assert tr.adagrad and tr.geo["ADA_AGG"] == int(aggregate) and tr.geo["nw"] == inflight
+    assert k or lens.max() > wg * tr.geo["WEPL"]                       # LR: the tail loop runs
+    _untimed(tr)
+    rng = np.random.default_rng(k + ws + shards)
+    p0 = ref.init_params(data.d, k, 0.05, 3)
+    p0.w = (rng.standard_normal(data.d) * 0.1).astype(np.float32)
+    p0.b = 0.3
+    tr.set_params(p0)
+    order = rng.permutation(data.n_chunks)[:n_chunks].astype(np.int32)
+    loss, _ = tr.epoch(order)
+    steps = [[r for r in range(int(c) * ws, int(c) * ws + ws) if r < data.n]
+             for g in range(inflight) for c in order[g::inflight]]
+    q, acc = p0.astype(np.float64), ref.init_accumulator(data.d, k, 0.01)
+    lsum, groups, largest = ref.warp_adagrad_epoch(data.Xtr, data.ytr, q, acc, steps, wg, -0.5 / 256, 0.05)
+    return tr, data, p0, loss * data.n, lsum, q, acc, groups, largest
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
+@pytest.mark.parametrize("k,ws,shards,hot,inflight,hc", [
+    (0, 4, 1, 0, 2, 0), (0, 8, 4, 64, 3, 0), (0, 2, 8, 16, 2, 32), (3, 4, 2, 8, 2, 0), (3, 8, 1, 0, 2, 16),
+    (10, 4, 4, 32, 2, 0)])
+def test_warp_adagrad_samples_of_a_warp_sharing_features_aggregate_in_lane_order(monkeypatch, tmp_path, k, ws,
+                                                                                 shards, hot, inflight, hc):
+    """model.optimizer=adagrad with ws samples a warp step (adagrad_aggregate: lanes of a warp updating
+    the same accumulator share one returning atomic, each lane taking old + the squares of its group's
+    lanes up to itself), the warps one after another, on power-law data whose hot features most
+    samples of a step share, at varying places in their rows (groups of any shape, over several calls):
+    the pass equals a NumPy emulation of the accumulator atomics issued one after another in the
+    order of the calls, lanes in lane order, with sharded hot rows and the hot-row cache."""
+    X, y = ctr_synth.generate(1000, 4000, 40, 1)
+    X.data = np.random.default_rng(2).uniform(0.5, 2.0, X.nnz).astype(np.float32)
+    tr, data, p0, lsum, want_lsum, q, acc, groups, largest = _host_adagrad_warps(
+        monkeypatch, tmp_path, X, y, k, ws, shards, hot, inflight, hc, True, False, 200 // ws)
+    assert groups > 50 * ws and largest == ws                        # many shared rows, whole warps included
+    err, aerr = _param_and_accumulator_errors(tr, q, acc, k)
+    assert float(np.abs(q.w - p0.w).max()) > 1e-3                    # it trained
+    assert err <= 2e-6, (tr.geo, err)
+    assert aerr <= 1e-5 * max(1.0, float(np.abs(acc.w).max())), (tr.geo, aerr)
+    assert abs(lsum - want_lsum) <= 1e-6 * len(data.ytr)
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
+@pytest.mark.parametrize("k,ws,shards,hot,hc", [(0, 4, 4, 8, 0), (0, 2, 1, 0, 8), (3, 8, 2, 8, 0)])
+def test_warp_adagrad_aggregated_equals_per_lane_atomics(monkeypatch, tmp_path, k, ws, shards, hot, hc):
+    """adagrad_aggregate true and false give the same pass (to rounding) where the order of the
+    per-lane atomics is fixed: the host runs a warp's lanes in lane order between its barriers, and
+    the samples of a step share only hot features that sit in the first wg places of their rows (the
+    first call, in which lane order is sample order), each sample holding a different subset of them;
+    both equal the NumPy emulation."""
+    rng = np.random.default_rng(5)
+    n, nh, cold = 640, 32 // ws, 40
+    hot_part = rng.random((n, nh)) < 0.7                                 # the nh hot features: ids 0..nh-1
+    hot_part[:, 0] |= ~hot_part.any(1)
+    rows, cols = np.nonzero(hot_part)
+    extra = [(r, nh + r * cold + c) for r in range(n)                    # each row's own: shared by none
+             for c in rng.choice(cold, int(rng.integers(3, cold)), replace=False)]
+    rr = np.concatenate([rows, [e[0] for e in extra]])
+    cc = np.concatenate([cols, [e[1] for e in extra]])
+    X = sp.csr_matrix((rng.uniform(0.5, 2.0, len(rr)).astype(np.float32), (rr, cc)), shape=(n, nh + n * cold))
+    y = (rng.random(n) < 0.3).astype(np.float32)
+    got = []
+    for aggregate in (True, False):
+        (tmp_path / str(aggregate)).mkdir()
+        tr, data, p0, lsum, want_lsum, q, acc, groups, largest = _host_adagrad_warps(
+            monkeypatch, tmp_path / str(aggregate), X, y, k, ws, shards, hot, 2, hc, aggregate, True, 120 // ws)
+        assert groups >= (120 // ws) * nh // 4 and largest == ws         # steps share most hot rows
+        err, aerr = _param_and_accumulator_errors(tr, q, acc, k)
+        assert err <= 2e-6 and aerr <= 1e-5 * max(1.0, float(np.abs(acc.w).max())), (aggregate, err, aerr)
+        assert abs(lsum - want_lsum) <= 1e-6 * len(data.ytr)
+        got.append((tr.params(), tr.accumulators()))
+    (pa, aa), (pb, ab) = got
+    assert float(np.abs(pa.w - pb.w).max()) <= 1e-6 and abs(pa.b - pb.b) <= 1e-6
+    assert float(np.abs(aa.w - ab.w).max()) <= 1e-6 * max(1.0, float(np.abs(ab.w).max()))
+    if k:
+        assert float(np.abs(pa.V - pb.V).max()) <= 1e-6
+        assert float(np.abs(aa.V - ab.V).max()) <= 1e-6 * max(1.0, float(np.abs(ab.V).max()))
 
 
 # ------------------------------------------------------------------------------- CLI

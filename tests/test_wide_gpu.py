@@ -188,6 +188,50 @@ def test_warp_adagrad_one_sample_in_flight_equals_reference(compose, tmp_path, m
     assert abs(loss * data.n / n_rows - want_loss) <= 1e-5
 
 
+@pytest.mark.parametrize("model,k,ds", [("wide_lr", 0, "a9a"), ("wide_fm", 3, "a9a"), ("wide_lr", 0, "ctr_synth")])
+def test_warp_adagrad_aggregated_one_warp_four_samples_equals_lane_order(compose, tmp_path, model, k, ds):
+    """model.optimizer=adagrad with model.adagrad_aggregate (the default), one warp training 4 samples a
+    step (chunk = warp_samples = 4, inflight = 1): lanes of the warp updating the same accumulator share
+    one returning atomic and offset its result by the squares of the group's lanes before them, so the
+    epoch equals reference.warp_adagrad_epoch (the squares in call order, lanes in lane order) to 1e-5,
+    with the hot rows sharded."""
+    from pipeline.models.wide import gpu
+    ov = [f"model={model}", f"dataset={ds}", "size=small", "batch_size=256", "model.update=chunk",
+          "model.shuffle=false", "model.design=warp", "model.chunk=4", "model.warp_samples=4",
+          "model.inflight=1", "model.shards=4", "model.shard_hot=16", "model.hot_cache=0",
+          "model.optimizer=adagrad", "model.adagrad_aggregate=true"]
+    if k:
+        ov.append(f"model.k={k}")
+    cfg, ctx, data = make(compose, tmp_path, ov)
+    m = cfg.model
+    tr = gpu.FlowWarpTrainer(data, m, ctx)
+    assert tr.geo["nw"] == 1 and tr.adagrad and tr.geo["ADA_AGG"] == 1
+    lens = np.diff(data.Xtr.indptr)
+    assert not k or lens.max() <= tr.geo["WG"] * tr.geo["WEPL"]      # FM: no tail edge (read when applied)
+    order = np.arange(min(data.n_chunks, 750), dtype=np.int32)      # 3000 samples, 750 sequential steps
+    p0 = random_params(data, k, 8)
+    tr.set_params(p0)
+    loss, _ = tr.epoch(order)
+    q = p0.astype(np.float64)
+    acc = ref.init_accumulator(data.d, k, float(m.adagrad_init))
+    steps = [[r for r in range(4 * int(c), 4 * int(c) + 4) if r < data.n] for c in order]
+    want_lsum, groups, largest = ref.warp_adagrad_epoch(data.Xtr, data.ytr, q, acc, steps, tr.geo["WG"],
+                                                        -float(m.lr) / 256, float(m.adagrad_lr))
+    err = maxdiff(tr.params(), q)
+    got_acc = tr.accumulators()
+    aerr = float(np.max(np.abs(got_acc.w - acc.w) / np.maximum(1.0, acc.w)))
+    if k:
+        aerr = max(aerr, float(np.max(np.abs(got_acc.V - acc.V) / np.maximum(1.0, acc.V))))
+    print(f"adagrad aggregated, one warp x 4 samples, {model} k={k} {ds}: {groups} shared rows (up to {largest} "
+          f"lanes), max |param - emulation| = {err:.2e}, accumulators {aerr:.2e} (relative), "
+          f"loss sum {loss * data.n:.6f} vs {want_lsum:.6f}")
+    assert groups > 100 and largest >= 3
+    assert float(np.max(np.abs(q.w - p0.w))) > 1e-3
+    assert err <= 1e-5
+    assert aerr <= 1e-5
+    assert abs(loss * data.n - want_lsum) <= 1e-5 * sum(len(s) for s in steps)
+
+
 # With the hot-row cache each step's AdaGrad accumulator is global (a block-local copy once made flow
 # end at 0.552 / 1.127 at 1 / 4 mini-batches in flight against the reference's 0.543; H200, 2026-11-25).
 @pytest.mark.parametrize("batches", (1, 4, 8, 16))

@@ -346,16 +346,22 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 #ifndef OPT
 #define OPT 0                                         // optimiser of w and V: 0 SGD, 1 AdaGrad (the bias: SGD)
 #endif
+#ifndef ADA_AGG
+#define ADA_AGG 1                                     // AdaGrad: warp-aggregated accumulator atomics (0: one per lane)
+#endif
 #define WG (32 / WS)                                  // lanes per sample
 #define KP ((K) > 0 ? (((K) + 4) & ~3) : 1)           // floats per packed parameter row
 #define BST 32                                        // float stride of the bias shards (own lines)
 #define SHARDED (NSH > 1 && HSH > 0)
 #define CACHED (HC > 0)
+#define AGG (OPT && ADA_AGG)                          // the apply's control flow is warp-uniform (see ada_steps)
+#define LANES_ALL 0xffffffffu                         // mask of a warp's 32 lanes
 
 static_assert(WS >= 1 && WS <= 32 && (WS & (WS - 1)) == 0, "WS: a power of two <= 32");
 static_assert(C % WS == 0, "C must be a multiple of WS");
 static_assert(WPF >= 1 && WPF <= 4, "WPF: 1..4");
 static_assert(OPT == 0 || OPT == 1, "OPT: 0 (SGD) or 1 (AdaGrad)");
+static_assert(ADA_AGG == 0 || ADA_AGG == 1, "ADA_AGG: 0 (an accumulator atomic per lane) or 1 (per warp and row)");
 
 // Hot-row cache (HC > 0; the paper's importance-based model caching): a block holds the packed rows
 // of features 0..HC-1 in shared memory, PH (the model, shards summed) and GH (the block's gradient
@@ -417,10 +423,10 @@ __device__ __forceinline__ float* dst_row(float* T, float* Tsh, int f, int rs) {
 // the global accumulator takes gg^2 by an atomic that returns it (a sharded row: this warp's shard,
 // plus the other shards as they are now), cached hot row or not, so the step sees every square any
 // block issued to the coordinate before it; returns ascale * gg / sqrt(accumulator)
-// (ascale = -adagrad_lr).
-__device__ __forceinline__ float ada_step(float* A, float* Ash, int f, int q, int rs, float gg, float ascale) {
-    const float sq = gg * gg;
-    float seen = atomicAdd(dst_row(A, Ash, f, rs) + q, sq) + sq;
+// (ascale = -adagrad_lr). ada_finish: the part after the atomic (seen: this shard's accumulator
+// with gg^2 in it).
+__device__ __forceinline__ float ada_finish(const float* A, const float* Ash, int f, int q, int rs, float seen,
+                                            float gg, float ascale) {
 #if SHARDED
     if (f < HSH) {
 #pragma unroll
@@ -430,6 +436,66 @@ __device__ __forceinline__ float ada_step(float* A, float* Ash, int f, int q, in
 #endif
     return seen > 0.f ? ascale * gg / sqrtf(seen) : 0.f;
 }
+
+__device__ __forceinline__ float ada_step(float* A, float* Ash, int f, int q, int rs, float gg, float ascale) {
+    const float sq = gg * gg;
+    return ada_finish(A, Ash, f, q, rs, atomicAdd(dst_row(A, Ash, f, rs) + q, sq) + sq, gg, ascale);
+}
+
+#if AGG
+__device__ __forceinline__ int warp_max(int v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    return (int)__reduce_max_sync(LANES_ALL, (unsigned)v);
+#else
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(LANES_ALL, v, o));
+    return v;
+#endif
+}
+
+// Warp-aggregated AdaGrad (ADA_AGG = 1): the steps of components 0..NC-1 of feature f's row, the
+// per-sample gradients g[] replaced by their steps. All 32 lanes call it (ok = false: the lane has no
+// edge here, it gets zeros), so the warp-wide intrinsics see every lane. The samples of a warp share
+// their hot features, so several lanes may update the same accumulator row at once (the same f: the
+// shard rs is the warp's); such a group's lowest lane adds the group's squares by one returning
+// atomic per component, and each lane takes old + the squares of the group's lanes up to itself
+// (lane order): what the lanes' own atomics, issued one after another in lane order, return (up to
+// rounding), so a step still sees every square issued before it. When no two lanes share a row (the
+// usual case off the hot features) each lane issues its own atomic, as with ADA_AGG = 0.
+template <int NC>
+__device__ __forceinline__ void ada_steps(float* A, float* Ash, int f, int rs, float* g, float ascale, bool ok) {
+    const int lane = threadIdx.x & 31;
+    const unsigned grp = __match_any_sync(LANES_ALL, ok ? f : -1);     // lanes without an edge: one group
+    const int most = warp_max(ok ? __popc(grp) : 1);                    // the warp's largest group
+    if (most == 1) {
+#pragma unroll
+        for (int q = 0; q < NC; q++) g[q] = ok ? ada_step(A, Ash, f, q, rs, g[q], ascale) : 0.f;
+        return;
+    }
+    float* a = dst_row(A, Ash, f, rs);
+    const int leader = __ffs(grp) - 1, last = 31 - __clz(grp);
+    const unsigned upto = grp & (LANES_ALL >> (31 - lane));            // the group's lanes <= this one
+#pragma unroll
+    for (int q = 0; q < NC; q++) {
+        const float sq = g[q] * g[q];
+        float pre = 0.f;                         // inclusive prefix: the squares of the lanes of upto, in lane order
+        unsigned m = ok ? upto : 0u;             // the lanes of upto not added yet
+        for (int it = 0; it < most; it++) {      // a warp-uniform trip count: every lane shuffles each time
+            const int l = m ? __ffs(m) - 1 : lane;
+            const float s = __shfl_sync(LANES_ALL, sq, l);
+            if (m) {
+                pre += s;
+                m &= m - 1;
+            }
+        }
+        const float sum = __shfl_sync(LANES_ALL, pre, last);           // the group's squares
+        float old = 0.f;
+        if (ok && lane == leader) old = atomicAdd(a + q, sum);
+        old = __shfl_sync(LANES_ALL, old, leader);
+        g[q] = ok ? ada_finish(A, Ash, f, q, rs, old + pre, g[q], ascale) : 0.f;
+    }
+}
+#endif
 
 // LR: the gradient of one edge (the block's cache for a hot feature, else the row or its shard)
 __device__ __forceinline__ void red_w(float* T, float* Tsh, int f, int rs, float g) {
@@ -527,16 +593,20 @@ __device__ __forceinline__ void accumulate(const float* p, float x, float& lin, 
 
 // FM: row of feature f (or its shard rs) += g * (x, x a2_q - v_q x^2): KP / 4 vector REDs (sm_90),
 // scalar atomics before Hopper; f < HC: scalar shared-memory atomics into the block's GH row instead
-// (AdaGrad: g is the sample's delta, and each component becomes its ada_step)
+// (AdaGrad: g is the sample's delta, and each component becomes its ada_step; ADA_AGG: called by
+// every lane, ok = the lane has an edge, whose components go through ada_steps)
 __device__ __forceinline__ void red_row(float* T, float* Tsh, int f, int rs, const float* p, float x, float g,
-                                        const float* a2, float* A, float* Ash, float ascale) {
+                                        const float* a2, float* A, float* Ash, float ascale, bool ok) {
     float gr[KP];
     gr[0] = g * x;
 #pragma unroll
     for (int q = 0; q < K; q++) gr[1 + q] = g * (x * a2[q] - p[1 + q] * x * x);
 #pragma unroll
     for (int q = 1 + K; q < KP; q++) gr[q] = 0.f;
-#if OPT
+#if AGG
+    ada_steps<1 + K>(A, Ash, f, rs, gr, ascale, ok);
+    if (!ok) return;
+#elif OPT
 #pragma unroll
     for (int q = 0; q < 1 + K; q++) gr[q] = ada_step(A, Ash, f, q, rs, gr[q], ascale);
 #endif
@@ -587,15 +657,36 @@ __device__ __forceinline__ void gather_rows(ROW* p, const int* cf, const float* 
 
 // Apply of one step: gradient g * (x, x a2_q - v_q x^2) of each edge of the lane's sample, as REDs.
 // SGD: g = scale * delta; AdaGrad: g = delta (per-sample gradients, each coordinate's ada_step).
+// live: the lane's sample has a gradient (g != 0). ADA_AGG: every lane runs every slot and the warp's
+// most tail iterations (a lane without an edge there passes ok = false), so that the accumulator
+// atomics can be aggregated over the warp (ada_steps); else only the live lanes call it, each
+// looping over its own edges.
 __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long long c1, long long tail, int rs,
                                            const int* __restrict__ indices, const float* __restrict__ data,
-                                           const float* P, const float* Psh, float* T, float* Tsh, float g,
+                                           const float* P, const float* Psh, float* T, float* Tsh, float g, bool live,
                                            float* A, float* Ash, float ascale
 #if K > 0
                                            , const float (*p)[KP], const float* a2
 #endif
                                            ) {
 #if K == 0
+#if AGG
+#pragma unroll
+    for (int i = 0; i < WEPL; i++) {
+        const bool ok = live && cx[i] != 0.f;
+        float gi = g * cx[i];
+        ada_steps<1>(A, Ash, cf[i], rs, &gi, ascale, ok);
+        if (ok) red_w(T, Tsh, cf[i], rs, gi);
+    }
+    for (long long e = tail; __any_sync(LANES_ALL, live && e < c1); e += WG) {
+        const bool in = live && e < c1;
+        const float x = in ? __ldcs(data + e) : 0.f;
+        const int f = in ? __ldcs(indices + e) : 0;
+        float gi = g * x;
+        ada_steps<1>(A, Ash, f, rs, &gi, ascale, x != 0.f);
+        if (x != 0.f) red_w(T, Tsh, f, rs, gi);
+    }
+#else
 #pragma unroll
     for (int i = 0; i < WEPL; i++)
         if (cx[i] != 0.f) red_w(T, Tsh, cf[i], rs, OPT ? ada_step(A, Ash, cf[i], 0, rs, g * cx[i], ascale) : g * cx[i]);
@@ -606,19 +697,37 @@ __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long 
             red_w(T, Tsh, f, rs, OPT ? ada_step(A, Ash, f, 0, rs, g * x, ascale) : g * x);
         }
     }
+#endif
+#else
+#if AGG
+#pragma unroll
+    for (int i = 0; i < WEPL; i++) red_row(T, Tsh, cf[i], rs, p[i], cx[i], g, a2, A, Ash, ascale, live && cx[i] != 0.f);
+    for (long long e = tail; __any_sync(LANES_ALL, live && e < c1); e += WG) {
+        const bool in = live && e < c1;
+        const int f = in ? __ldcs(indices + e) : 0;
+        const float x = in ? __ldcs(data + e) : 0.f;
+        float pt[KP];
+        if (x != 0.f) read_row(pt, P, Psh, f);
+        else {
+#pragma unroll
+            for (int q = 0; q < KP; q++) pt[q] = 0.f;
+        }
+        red_row(T, Tsh, f, rs, pt, x, g, a2, A, Ash, ascale, x != 0.f);
+    }
 #else
 #pragma unroll
     for (int i = 0; i < WEPL; i++)
-        if (cx[i] != 0.f) red_row(T, Tsh, cf[i], rs, p[i], cx[i], g, a2, A, Ash, ascale);
+        if (cx[i] != 0.f) red_row(T, Tsh, cf[i], rs, p[i], cx[i], g, a2, A, Ash, ascale, true);
     for (long long e = tail; e < c1; e += WG) {
         const int f = __ldcs(indices + e);
         const float x = __ldcs(data + e);
         if (x != 0.f) {
             float pt[KP];
             read_row(pt, P, Psh, f);
-            red_row(T, Tsh, f, rs, pt, x, g, a2, A, Ash, ascale);
+            red_row(T, Tsh, f, rs, pt, x, g, a2, A, Ash, ascale, true);
         }
     }
+#endif
 #endif
 }
 
@@ -663,7 +772,8 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
     const float g = scale * d;                             // the same in all lanes of the group
     const float gsum = cross_sum(g);
     if (lane == 0 && gsum != 0.f) atomicAdd(tb + rs * BST, gsum);
-    if (g != 0.f) warp_apply(cf, cx, c1, tail, rs, indices, data, P, Psh, T, Tsh, OPT ? d : g, A, Ash, ascale
+    if (AGG || g != 0.f)                                  // ADA_AGG: the whole warp (ada_steps)
+        warp_apply(cf, cx, c1, tail, rs, indices, data, P, Psh, T, Tsh, OPT ? d : g, g != 0.f, A, Ash, ascale
 #if K > 0
                              , p, a2
 #endif

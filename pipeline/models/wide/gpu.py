@@ -255,8 +255,9 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     hsh = min(int(mc.shard_hot), data.d) if nsh > 1 else 0
     wpf = int(mc.get("prefetch", 0)) or (2 if kp * epl <= 48 else 1)   # registers: (wpf + 1) x epl edges
     ada = str(mc.get("optimizer", "sgd")) == "adagrad"
+    agg = ada and bool(mc.get("adagrad_aggregate", True))     # warp-aggregated accumulator atomics
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
-            "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "smem": hot_cache_bytes(hc, k)}
+            "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "ADA_AGG": int(agg), "smem": hot_cache_bytes(hc, k)}
 
 
 class FlowWarpTrainer(_Base):
@@ -282,6 +283,7 @@ class FlowWarpTrainer(_Base):
         defines.update({k: geo[k] for k in ("WS", "WEPL", "NSH", "HSH", "WPF", "HC")})
         if geo["OPT"]:
             defines["OPT"] = geo["OPT"]
+            defines["ADA_AGG"] = geo["ADA_AGG"]
         self.mod = kernels.load("wide", "wide.cu", defines=defines)
         self.train = self.mod.kernel("flow_warp", "PiPPPPiiPPPPPPifPPPf")
         kernels.require_block(self.train, 32 * max(1, min(geo["wpb"], geo["nw"])), "model.warps_per_block",
@@ -323,7 +325,8 @@ class FlowWarpTrainer(_Base):
 
     def describe(self) -> str:
         g = self.geo
-        return (f"flow design=warp{', adagrad' if self.adagrad else ''}: {g['nw']} warps in flight x {g['WS']} "
+        ada = f", adagrad ({'warp-aggregated' if g['ADA_AGG'] else 'per-lane'} atomics)" if self.adagrad else ""
+        return (f"flow design=warp{ada}: {g['nw']} warps in flight x {g['WS']} "
                 f"sample(s) ({g['WG']} lanes each, "
                 f"{g['WEPL']} edges/lane in registers, loaded {g['WPF']} steps ahead), {g['wpb']} warps/block, "
                 f"hot rows {g['HSH']} x {g['NSH']} shards, {g['HC']} hot rows cached per block, "

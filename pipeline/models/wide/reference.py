@@ -123,6 +123,60 @@ def adagrad_step(p: Params, A: Params, gsum: Params, sq: Params, lr: float, lr_b
     p.b -= lr_bias * gsum.b
 
 
+def warp_adagrad_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, A: Params, steps: List[List[int]], wg: int,
+                       scale: float, ada_lr: float) -> Tuple[float, int, int]:
+    """AdaGrad as the warp kernel (design=warp) trains ``steps`` with one warp at a time, several
+    samples a step: ``steps`` holds the rows of each step's samples, sample s on lanes s wg .. s wg +
+    wg - 1, so edge i of its row is in the apply's call i // wg, on lane s wg + i % wg. A step's
+    forward reads the model and the bias as of the step's start (FM: the rows of all edges, as the
+    kernel's in-register edges; a tail edge's row, which the kernel reads when it applies it, is not
+    modelled); then the squares go into the accumulators and the steps into the model in the order
+    of the calls, lanes in lane order within a call: the order that the warp-aggregated atomics
+    (``model.adagrad_aggregate``) give; the bias takes ``scale`` x the sum of the deltas (SGD).
+    p, A: float64 Params (shards summed), updated in place. Returns (summed loss, the number of
+    (step, call, feature) groups of two or more lanes, the largest group)."""
+    kp1 = 1 if p.V is None else 1 + p.V.shape[1]
+    model = np.concatenate([p.w[:, None], p.V], 1) if kp1 > 1 else p.w[:, None].copy()
+    acc = np.concatenate([A.w[:, None], A.V], 1) if kp1 > 1 else A.w[:, None].copy()
+    lsum, shared, largest = 0.0, 0, 1
+    for rows in steps:
+        ops, dsum = [], 0.0
+        for s, r in enumerate(rows):
+            cols, xs = X.indices[X.indptr[r]:X.indptr[r + 1]], X.data[X.indptr[r]:X.indptr[r + 1]].astype(np.float64)
+            rw = model[cols]
+            z = float(rw[:, 0] @ xs) + p.b
+            a2 = None
+            if kp1 > 1:
+                xv = rw[:, 1:] * xs[:, None]
+                a2 = xv.sum(0)
+                z += 0.5 * (float(a2 @ a2) - float((xv * xv).sum()))
+            dl = float(sigmoid(z)) - float(y[r])
+            dsum += dl
+            lsum += float(logloss(np.float64(z), np.float64(y[r])))
+            for i, f in enumerate(cols):
+                g = np.empty(kp1)
+                g[0] = dl * xs[i]
+                if kp1 > 1:
+                    g[1:] = dl * (xs[i] * a2 - rw[i, 1:] * xs[i] * xs[i])
+                ops.append((i // wg, s * wg + i % wg, int(f), g))
+        p.b += scale * dsum
+        if not ops:
+            continue
+        ops.sort(key=lambda o: (o[0], o[1]))
+        _, size = np.unique([(c, f) for c, _, f, _ in ops], axis=0, return_counts=True)
+        shared += int((size > 1).sum())
+        largest = max(largest, int(size.max()))
+        for _, _, f, g in ops:
+            acc[f] += g * g
+            model[f] += -ada_lr * g / np.sqrt(acc[f])
+    p.w[:] = model[:, 0]
+    A.w[:] = acc[:, 0]
+    if kp1 > 1:
+        p.V[:] = model[:, 1:]
+        A.V[:] = acc[:, 1:]
+    return lsum, shared, largest
+
+
 def sgd_step(p: Params, g: Params, lr: float, cols: Optional[np.ndarray] = None) -> None:
     if cols is None:
         p.w -= lr * g.w

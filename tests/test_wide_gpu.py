@@ -190,7 +190,7 @@ def test_warp_adagrad_one_sample_in_flight_equals_reference(compose, tmp_path, m
 
 @pytest.mark.parametrize("model,k,ds", [("wide_lr", 0, "a9a"), ("wide_fm", 3, "a9a"), ("wide_lr", 0, "ctr_synth")])
 def test_warp_adagrad_aggregated_one_warp_four_samples_equals_lane_order(compose, tmp_path, model, k, ds):
-    """model.optimizer=adagrad with model.adagrad_aggregate (the default), one warp training 4 samples a
+    """model.optimizer=adagrad with model.adagrad_aggregate=true, one warp training 4 samples a
     step (chunk = warp_samples = 4, inflight = 1): lanes of the warp updating the same accumulator share
     one returning atomic and offset its result by the squares of the group's lanes before them, so the
     epoch equals reference.warp_adagrad_epoch (the squares in call order, lanes in lane order) to 1e-5,
@@ -227,8 +227,13 @@ def test_warp_adagrad_aggregated_one_warp_four_samples_equals_lane_order(compose
           f"loss sum {loss * data.n:.6f} vs {want_lsum:.6f}")
     assert groups > 100 and largest >= 3
     assert float(np.max(np.abs(q.w - p0.w))) > 1e-3
-    assert err <= 1e-5
-    assert aerr <= 1e-5
+    assert err <= 1e-5              # a wrong prefix changes the steps: caught here
+    # The accumulators are float32 sums of up to ~3000 squares each (float64 in the emulation), added
+    # in another association than one lane at a time (a group's squares are summed before its atomic):
+    # rounding of order sqrt(n) u ~ 4e-6 relative, worst case n u ~ 2e-4 (FM k=3 measured 1.2e-5 on an
+    # H200). A prefix error leaves the final sums unchanged (the leader adds the group's total), so this
+    # bound checks the accumulation, not the prefix.
+    assert aerr <= 5e-5
     assert abs(loss * data.n - want_lsum) <= 1e-5 * sum(len(s) for s in steps)
 
 

@@ -49,7 +49,7 @@ class WideConf(ModelConf):
     optimizer: str = "sgd"       # flow and cpu: sgd | adagrad (per-coordinate steps; stage, torch: always sgd)
     adagrad_lr: float = 0.02     # adagrad: per-sample step before the per-coordinate scaling
     adagrad_init: float = 0.01   # adagrad: initial accumulator of squared gradients
-    adagrad_aggregate: bool = True   # adagrad: one accumulator atomic per warp and row (false: per lane)
+    adagrad_aggregate: bool = False  # adagrad: one accumulator atomic per warp and row (false: per lane)
     target_loss: Optional[float] = None   # time to quality: target validation loss (None: strict SGD's + margin)
     target_margin: float = 0.003 # time to quality: target = final val loss of strict mini-batch SGD + this
 

@@ -255,7 +255,7 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     hsh = min(int(mc.shard_hot), data.d) if nsh > 1 else 0
     wpf = int(mc.get("prefetch", 0)) or (2 if kp * epl <= 48 else 1)   # registers: (wpf + 1) x epl edges
     ada = str(mc.get("optimizer", "sgd")) == "adagrad"
-    agg = ada and bool(mc.get("adagrad_aggregate", True))     # warp-aggregated accumulator atomics
+    agg = ada and bool(mc.get("adagrad_aggregate", False))     # warp-aggregated accumulator atomics
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
             "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "ADA_AGG": int(agg), "smem": hot_cache_bytes(hc, k)}
 

@@ -5,17 +5,24 @@ A trainer is any object with
 
 * ``name`` (the variant) and ``kind`` (``"ours"`` or ``"baseline"``);
 * ``epoch(index, progress)``: one training epoch; it calls ``progress(n)`` after ``n`` samples and
-  should not wait for the device at the end (the harness does, inside the timed interval);
+  should not wait for the device at the end (the harness does, inside the timed interval); with
+  ``fit(parts=p)``, p > 1, it is called as ``epoch(index, progress, part=j, parts=p)`` for j = 0 ..
+  p - 1 and trains the j-th of p consecutive slices of the epoch (the p slices: the same updates
+  as the whole epoch, in the same order);
 * ``evaluate() -> dict``: metrics on the held-out split (not timed as training);
 * optionally ``stats() -> dict``: numbers about the epoch just trained (loss, ``phase/<name>`` ms,
-  anything else), read after the epoch's timer stopped;
+  anything else), read after the epoch's timer stopped (with parts: after its last part, about the
+  whole epoch);
+* optionally ``part_stats() -> dict``: with parts, numbers about the part just trained (e.g. its
+  device time, a clock for :func:`time_to_target`), read after every part;
 * optionally ``work_per_epoch`` (samples, for the progress bar) and ``steps_per_epoch``.
 
 An entry of ``trainers`` may also be a zero-argument callable that builds the trainer: it is called
 when its turn comes and dropped after, so only one trainer's (device) memory is held at a time.
 
 :func:`fit` times each epoch with :class:`pipeline.timing.Interval` (CUDA events on the GPU,
-``perf_counter`` on the CPU) and returns one :class:`History` per trainer; :func:`speedups` (the
+``perf_counter`` on the CPU) and returns one :class:`History` per trainer (with ``parts`` > 1 it
+times and evaluates each part, and an epoch's record sums its parts); :func:`speedups` (the
 same function as :func:`pipeline.timing.speedups`, which bench.measure uses) turns rows of a
 results table into ``x_vs_<baseline>`` columns.
 """
@@ -46,15 +53,26 @@ class Trainer(Protocol):
 class History:
     """Per-epoch records of one trainer: ``epoch_ms`` (timed training), ``wall_ms``, ``time_s``
     (cumulative training time, evaluation excluded), ``eval_ms``, then whatever ``stats()`` and
-    ``evaluate()`` returned. ``stopped`` says why training ended before ``epochs`` (or "")."""
+    ``evaluate()`` returned. ``stopped`` says why training ended before ``epochs`` (or "").
+    ``parts``: with ``fit(parts=p)``, p > 1, one record per evaluation, p an epoch, with the part's
+    durations under the same keys (``epoch_ms``, ``wall_ms``, ``part_stats()``'s), ``epoch`` its
+    position in epochs (1.25: a quarter into the second), ``time_s``, ``eval_ms`` and ``evaluate()``'s
+    metrics; empty otherwise. An epoch's record then sums its parts' times and holds the evaluation
+    after its last part."""
     name: str
     kind: str
     records: List[Dict[str, float]] = field(default_factory=list)
     stopped: str = ""
+    parts: List[Dict[str, float]] = field(default_factory=list)
 
     @property
     def epochs(self) -> int:
         return len(self.records)
+
+    @property
+    def evals(self) -> List[Dict[str, float]]:
+        """The record of every evaluation: the parts when evaluated several times an epoch, else the epochs."""
+        return self.parts or self.records
 
     def series(self, key: str) -> List[float]:
         return [float(r.get(key, math.nan)) for r in self.records]
@@ -85,14 +103,18 @@ def _finite(rec: Dict[str, float], keys: Sequence[str]) -> bool:
 def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[History], str]] = None,
         watch: Sequence[str] = ("loss",), desc: str = "", work_per_epoch: int = 0,
         after: Optional[Callable[[Any], None]] = None,
-        on_epoch: Optional[Callable[[Any, Dict[str, float]], None]] = None) -> Dict[str, History]:
+        on_epoch: Optional[Callable[[Any, Dict[str, float]], None]] = None, parts: int = 1) -> Dict[str, History]:
     """Train every trainer for ``epochs`` epochs, one after the other, and evaluate after each.
 
     ``stop(history) -> reason`` (empty: go on) ends a trainer early; a non-finite value of any
     ``watch`` key (default: the loss) ends it too (``stopped = "non-finite loss"``).
     ``work_per_epoch``: samples an epoch of each trainer for the bar when trainers are built
     lazily (else read from the trainers). ``after(trainer)`` runs when a trainer is done;
-    ``on_epoch(trainer, record)`` after each epoch's record is complete (e.g. to log it live)."""
+    ``on_epoch(trainer, record)`` after each epoch's record is complete (e.g. to log it live).
+    ``parts`` > 1: each epoch is trained as that many slices (see :class:`Trainer`), each timed
+    and evaluated (:attr:`History.parts`); the epoch's record, the stop rules and the watch keys
+    stay per epoch."""
+    parts = max(1, int(parts))
     built = [t for t in trainers if not callable(t) or hasattr(t, "epoch")]
     work = (work_per_epoch * len(trainers) if work_per_epoch else
             sum(int(getattr(t, "work_per_epoch", 0) or 0) for t in built)) * epochs
@@ -107,12 +129,32 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
             advance = bar.update if per_sample else (lambda n: None)
             total_s = 0.0
             for e in range(epochs):
-                clock = Interval(ctx.backend)
-                w0 = time.perf_counter()
-                clock.start()
-                tr.epoch(e, advance)
-                ms = clock.stop()
-                wall = (time.perf_counter() - w0) * 1e3
+                ms = wall = eval_ms = 0.0
+                metrics: Dict[str, float] = {}
+                for j in range(parts):
+                    clock = Interval(ctx.backend)
+                    w0 = time.perf_counter()
+                    clock.start()
+                    if parts == 1:
+                        tr.epoch(e, advance)
+                    else:
+                        tr.epoch(e, advance, part=j, parts=parts)
+                    part_ms = clock.stop()
+                    part_wall = (time.perf_counter() - w0) * 1e3
+                    ms += part_ms
+                    wall += part_wall
+                    if parts > 1:       # the part's record: its times, then its evaluation (untimed)
+                        prec: Dict[str, float] = {"epoch": e + (j + 1) / parts, "epoch_ms": part_ms,
+                                                  "wall_ms": part_wall}
+                        if hasattr(tr, "part_stats"):
+                            prec.update({k: float(v) for k, v in tr.part_stats().items()})
+                        prec["time_s"] = total_s + ms / 1e3
+                        t0 = time.perf_counter()
+                        metrics = {k: float(v) for k, v in tr.evaluate().items()}
+                        prec.update(metrics)
+                        prec["eval_ms"] = (time.perf_counter() - t0) * 1e3
+                        eval_ms += prec["eval_ms"]
+                        hist.parts.append(prec)
                 rec: Dict[str, float] = {"epoch": e + 1, "epoch_ms": ms, "wall_ms": wall}
                 if hasattr(tr, "stats"):
                     rec.update({k: float(v) for k, v in tr.stats().items()})
@@ -121,9 +163,13 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
                     rec["step_ms"] = ms / steps
                 total_s += ms / 1e3
                 rec["time_s"] = total_s
-                t0 = time.perf_counter()
-                rec.update({k: float(v) for k, v in tr.evaluate().items()})
-                rec["eval_ms"] = (time.perf_counter() - t0) * 1e3
+                if parts == 1:
+                    t0 = time.perf_counter()
+                    rec.update({k: float(v) for k, v in tr.evaluate().items()})
+                    rec["eval_ms"] = (time.perf_counter() - t0) * 1e3
+                else:                       # the evaluation after the last part: the epoch's
+                    rec.update(metrics)
+                    rec["eval_ms"] = eval_ms
                 hist.records.append(rec)
                 if on_epoch is not None:
                     on_epoch(tr, rec)
@@ -157,20 +203,22 @@ def best_of(histories: Dict[str, History], metric: str) -> Dict[str, float]:
 
 def time_to_target(history: History, target: float, key: str = "val_loss",
                    clocks: Sequence[str] = ("epoch_ms",)) -> Dict[str, float]:
-    """Time to quality: the first epoch after which ``key`` is at most ``target``, and the time the
-    trainer had spent by then on each clock (a per-epoch duration key of the records, summed over
-    the epochs up to and including that one). Returns ``{"epochs": e, <clock>: total, ...}``; all
-    NaN when the target was never reached (or is NaN)."""
+    """Time to quality: the first evaluation (:attr:`History.evals`: after every epoch, or after every
+    part with ``fit(parts=p)``) at which ``key`` is at most ``target``, and the time the trainer had
+    spent by then on each clock (a duration key of the records, summed over the epochs or parts up
+    to and including that one). Returns ``{"epochs": e, <clock>: total, ...}``, e the evaluation's
+    position in epochs (its ``epoch``: a whole number, or a multiple of 1/p with parts); all NaN when
+    the target was never reached (or is NaN)."""
     out = {"epochs": math.nan, **{c: math.nan for c in clocks}}
     if not math.isfinite(float(target)):
         return out
     totals = dict.fromkeys(clocks, 0.0)
-    for i, rec in enumerate(history.records):
+    for i, rec in enumerate(history.evals):
         for c in clocks:
             totals[c] += float(rec.get(c, math.nan))
         v = float(rec.get(key, math.nan))
         if math.isfinite(v) and v <= target:
-            out["epochs"] = float(i + 1)
+            out["epochs"] = float(rec.get("epoch", i + 1))
             out.update(totals)
             return out
     return out

@@ -134,3 +134,51 @@ def test_lazy_trainers_one_bar(tmp_path):
     hist = fit(c, [make("a"), make("b")], 2, work_per_epoch=100, after=lambda tr: done.append(tr.name))
     assert list(hist) == ["a", "b"] and built == ["a", "b"] and done == ["a", "b"]
     assert c.bar.total == 400 and c.bar.n == 400
+
+
+class Sliced(Fake):
+    """Fake with parts: ``ms`` an epoch spread over its parts; p@1 grows with every part trained."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.trained = 0.0
+        self.calls = []
+
+    def epoch(self, index, progress, part=0, parts=1):
+        self.e = index
+        self.calls.append((index, part, parts))
+        time.sleep(self.ms / parts / 1e3)
+        self.trained += 1 / parts
+        progress(self.work_per_epoch // parts)
+
+    def part_stats(self):
+        return {"gpu_ms": 1.0}
+
+    def stats(self):
+        return {"loss": 2.0 ** -self.e, "gpu_ms": 4.0}
+
+    def evaluate(self):
+        self.evals += 1
+        time.sleep(0.01)
+        return {"p@1": round(self.trained, 6)}
+
+
+def test_fit_parts_evaluate_each_part_and_keep_epochs(tmp_path):
+    c = ctx(tmp_path)
+    t = Sliced("s", ms=20)
+    h = fit(c, [t], 3, parts=4)["s"]
+    assert t.calls == [(e, j, 4) for e in range(3) for j in range(4)] and t.evals == 12
+    assert h.epochs == 3 and h.series("epoch") == [1, 2, 3] and len(h.parts) == 12 and h.evals is h.parts
+    assert [r["epoch"] for r in h.parts] == [(i + 1) / 4 for i in range(12)]
+    assert h.series("p@1") == [1.0, 2.0, 3.0] and [r["p@1"] for r in h.parts][:4] == [0.25, 0.5, 0.75, 1.0]
+    assert h.series("gpu_ms") == [4.0] * 3 and all(r["gpu_ms"] == 1.0 for r in h.parts)
+    for e in range(3):
+        part = h.parts[4 * e:4 * e + 4]
+        assert h.records[e]["epoch_ms"] == pytest.approx(sum(r["epoch_ms"] for r in part))
+        assert h.records[e]["eval_ms"] == pytest.approx(sum(r["eval_ms"] for r in part))
+        assert part[-1]["time_s"] == pytest.approx(h.records[e]["time_s"])
+    assert all(r["epoch_ms"] < 100 for r in h.parts)                 # the evaluation is not training time
+    assert h.series("step_ms") == pytest.approx([m / 4 for m in h.series("epoch_ms")])
+    assert c.bar.n == c.bar.total == 300
+    stopped = fit(ctx(tmp_path), [Sliced("x", ms=4)], 5, parts=2, stop=lambda hh: "enough" if hh.epochs == 2 else "")
+    assert stopped["x"].epochs == 2 and len(stopped["x"].parts) == 4 and stopped["x"].stopped == "enough"

@@ -1013,6 +1013,61 @@ def test_warp_adagrad_aggregated_equals_per_lane_atomics(monkeypatch, tmp_path, 
         assert float(np.abs(aa.V - ab.V).max()) <= 1e-6 * max(1.0, float(np.abs(ab.V).max()))
 
 
+@pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
+@pytest.mark.parametrize("update,k,ws,chunk,batch,shards,hot,inflight,hc,opt", [
+    ("batch", 0, 2, 32, 96, 4, 16, 0, 0, "sgd"), ("batch", 3, 4, 32, 96, 1, 0, 0, 0, "sgd"),
+    ("chunk", 0, 4, 4, 32, 4, 16, 1, 0, "sgd"), ("chunk", 10, 4, 4, 32, 2, 8, 1, 16, "sgd"),
+    ("chunk", 3, 1, 1, 32, 4, 16, 1, 0, "adagrad")])
+def test_warp_kernel_on_host_slices_equal_one_pass(monkeypatch, tmp_path, update, k, ws, chunk, batch, shards, hot,
+                                                   inflight, hc, opt):
+    """model.evals_per_epoch with flow design=warp (on the host as above, one warp in flight with
+    update=chunk, so the pass is sequential): two shuffled epochs trained as 4 slices each, evaluated
+    after every slice (which folds the shards), end where one pass an epoch does, and the slices'
+    losses sum to the epoch's."""
+    import sys
+    import types
+    from omegaconf import OmegaConf
+    import pipeline.gpu.kernels as kernels
+    import pipeline.gpu.transfer as transfer
+    from pipeline.models.wide import gpu
+    from pipeline.models.wide.model import WideTrainer
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    monkeypatch.setattr(kernels, "load", _HostKernels(tmp_path).load)
+    monkeypatch.setattr(transfer, "upload_all", lambda d: {key: np.ascontiguousarray(v) for key, v in d.items()})
+    rows = 1000 if update == "batch" else 400
+    X, y = ctr_synth.generate(rows + 100, 3000, 30, 1)
+    X.data = np.random.default_rng(2).uniform(0.5, 2.0, X.nnz).astype(np.float32)
+    data = prep.from_arrays(prep.build_arrays(X[:rows], y[:rows], X[rows:], y[rows:], chunk, 16, 0), chunk, 16)
+    mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=batch, replicas=4, update=update, warp_samples=ws,
+                               edges_per_lane=0, inflight=inflight, warps_per_block=1 if hc else 0,
+                               shards=shards, shard_hot=hot, chunk=chunk, prefetch=0, hot_cache=hc, spread=True,
+                               optimizer=opt, adagrad_lr=0.05, adagrad_init=0.01))
+    step = batch // chunk
+    assert -(-data.n_chunks // step) % 4                          # uneven slices
+
+    def run(parts):
+        tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
+        assert update == "batch" or tr.geo["nw"] == 1
+        _untimed(tr)
+        tr.set_params(ref.init_params(data.d, k, 0.05, 3))
+        wt = WideTrainer("flow", "ours", tr, data, 0, True, step)
+        losses, vals = [], []
+        for e in range(2):
+            for j in range(parts):
+                if parts == 1:
+                    wt.epoch(e, lambda n: None)
+                else:
+                    wt.epoch(e, lambda n: None, part=j, parts=parts)
+                vals.append(wt.evaluate()["val_loss"])
+            losses.append(wt.stats()["train_loss"])
+        return tr.params(), losses, vals
+    p1, l1, v1 = run(1)
+    p4, l4, v4 = run(4)
+    err = max(float(np.abs(p1.w - p4.w).max()), abs(p1.b - p4.b), float(np.abs(p1.V - p4.V).max()) if k else 0.0)
+    assert float(np.abs(p1.w).max()) > 1e-3 and err <= 1e-6, err
+    assert l4 == pytest.approx(l1, abs=1e-6) and v4[3::4] == pytest.approx(v1, abs=1e-6)
+
+
 # ------------------------------------------------------------------------------- CLI
 
 def test_cli_wide_lr_cpu(cli):

@@ -283,3 +283,41 @@ def test_block_larger_than_the_kernel_allows_is_a_config_error(cli):
     print(out[-2000:])
     assert r.returncode == 2
     assert "model.warps_per_block=32" in out and "LaunchError" not in out
+
+
+@pytest.mark.parametrize("variant,knobs,tol", [
+    ("flow", ["model.chunk=4", "model.warp_samples=4", "model.shards=1"], 1e-6),
+    ("flow", ["model.chunk=4", "model.warp_samples=4", "model.shards=4", "model.shard_hot=16", "model.hot_cache=16"],
+     1e-6),
+    ("flow", ["model.chunk=1", "model.warp_samples=1", "model.shards=4", "model.shard_hot=16",
+              "model.optimizer=adagrad"], 1e-6),
+    ("stage", [], 1e-5)])        # stage: float atomics sum each mini-batch's gradient in no fixed order
+def test_evals_per_epoch_four_slices_end_as_one_pass(compose, tmp_path, variant, knobs, tol):
+    """model.evals_per_epoch=4 through the model and the harness: two shuffled epochs, each trained as
+    4 slices of its chunk order and evaluated after each (flow: design=warp, update=chunk, one warp in
+    flight, so the pass is sequential; stage: one CUDA graph per slice length), end with the
+    parameters of one pass an epoch."""
+    from pipeline.context import make_context
+    from pipeline.models.wide.model import WideModel, semantics
+    cfg = compose(["model=wide_lr", "dataset=a9a", "size=small", "backend=cuda", "progress=false", "epochs=2",
+                   "batch_size=256", f"cache_dir={tmp_path}", "model.design=warp", "model.update=chunk",
+                   "model.inflight=1", "model.baselines=[stage]", "model.evals_per_epoch=4", *knobs])
+    m = WideModel(cfg, make_context(cfg, tmp_path))
+    m.prepare()
+    m.transfer()
+    if variant == "flow":
+        assert m.trainers["flow"].geo["nw"] == 1
+    out = {}
+    for parts in (1, 4):
+        h = m.train(variant, semantics(variant, m.update), parts=parts)
+        out[parts] = (m.trainers[variant].params(), h)
+    (p1, h1), (p4, h4) = out[1], out[4]
+    err = maxdiff(p4, p1.astype(np.float64))
+    part_ms = [round(r["gpu_ms"], 3) for r in h4.parts]
+    print(f"{variant} {knobs}: max |param(4 slices) - param(1 pass)| = {err:.2e}, val loss "
+          f"{h4.last('val_loss'):.6f} vs {h1.last('val_loss'):.6f}, the slices' gpu_ms {part_ms}")
+    assert float(np.abs(p1.w).max()) > 1e-3
+    assert err <= tol
+    assert h1.epochs == h4.epochs == 2 and len(h4.parts) == 8 and not h1.parts
+    assert abs(h4.last("val_loss") - h1.last("val_loss")) <= 10 * tol
+    assert h4.series("gpu_ms") == pytest.approx([sum(r["gpu_ms"] for r in h4.parts[i:i + 4]) for i in (0, 4)])

@@ -52,6 +52,7 @@ class WideConf(ModelConf):
     adagrad_aggregate: bool = False  # adagrad: one accumulator atomic per warp and row (false: per lane)
     target_loss: Optional[float] = None   # time to quality: target validation loss (None: strict SGD's + margin)
     target_margin: float = 0.003 # time to quality: target = final val loss of strict mini-batch SGD + this
+    evals_per_epoch: int = 1     # time to quality: validation evaluations an epoch (slices of the chunk order)
 
 
 @dataclass
@@ -140,6 +141,9 @@ def _check(cfg) -> None:
     tl = m.target_loss
     require(tl is None or tl > 0, "model.target_loss", tl, "null (strict SGD's final loss + model.target_margin) "
             "or a positive log loss")
+    ev = m.evals_per_epoch
+    require(isinstance(ev, int) and not isinstance(ev, bool) and ev >= 1, "model.evals_per_epoch", ev,
+            "a positive integer (1: evaluate once an epoch)")
     require(m.init_std >= 0, "model.init_std", m.init_std, "a non-negative standard deviation")
     require(m.streams >= 1, "model.streams", m.streams, "a positive integer")
     d = cfg.dataset

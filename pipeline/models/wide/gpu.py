@@ -1,6 +1,9 @@
 """GPU trainers of the wide models: ``flow`` (fused persistent kernel, in memory or out of core),
 ``stage`` (three kernels per mini-batch) and ``torch`` (PyTorch sparse embedding ops, a framework
-baseline). Each trainer: ``set_params(p)``, ``epoch(order) -> (train_loss, gpu_ms)``, ``params()``."""
+baseline). Each trainer: ``set_params(p)``, ``epoch(order) -> (train_loss, gpu_ms)``, ``params()``.
+``order`` is an epoch's chunk order or a slice of it (model.evals_per_epoch, cut between mini-batches):
+training the slices in turn trains the same steps as the whole; ``train_loss`` is the summed loss of
+the order's samples over the epoch's n samples (the mean when the order is the whole epoch)."""
 from __future__ import annotations
 
 import math
@@ -416,7 +419,8 @@ class StageTrainer(_Base):
     apply (w += scale * g over the batch's features). Always strict mini-batches. An epoch's launches
     (3 per mini-batch) are captured once as a CUDA graph over a device copy of the chunk order and
     replayed each epoch, so the baseline is timed at the GPU's speed, not at Python's launch rate
-    (eager launches, with a notice, where capture fails)."""
+    (eager launches, with a notice, where capture fails); one graph per order length (the slices of
+    model.evals_per_epoch have two or three), each reading the order's first chunks of the copy."""
 
     def __init__(self, data: WideData, mc, ctx):
         super().__init__(data, mc, ctx)
@@ -434,7 +438,7 @@ class StageTrainer(_Base):
         self.z = self.cp.zeros(B, self.cp.float32)
         self.a2 = self.cp.zeros(max(1, B * self.k), self.cp.float32)
         self.order_dev = self.cp.zeros(max(1, data.n_chunks), self.cp.int32)
-        self.replay, self.replay_len = None, 0
+        self.replays: Dict[int, object] = {}      # order length -> replay of its steps
 
     def _steps(self, n_order: int) -> None:
         data, dev = self.data, self.dev
@@ -453,14 +457,15 @@ class StageTrainer(_Base):
     def epoch(self, order: np.ndarray) -> Tuple[float, float]:
         cp, data = self.cp, self.data
         self.order_dev[:len(order)] = cp.asarray(order.astype(np.int32))
-        if self.replay is None or self.replay_len != len(order):
+        replay = self.replays.get(len(order))
+        if replay is None:
             from pipeline.gpu.graphs import try_capture
-            self.replay, _ = try_capture(lambda: self._steps(len(order)), self.ctx.notice, "stage")
-            self.replay_len = len(order)
+            replay, _ = try_capture(lambda: self._steps(len(order)), self.ctx.notice, "stage")
+            self.replays[len(order)] = replay
         self.loss.fill(0)
         start, end = self._events()
         start.record()
-        self.replay()
+        replay()
         end.record()
         end.synchronize()
         return float(self.loss.get()[0]) / data.n, end.time_since(start)

@@ -2,7 +2,8 @@
 trained from the same initialisation on the same data and chunk orders through the training
 harness (:func:`pipeline.train.fit`): per-epoch losses, AUC and times, early stopping, speedups from
 the same run, both floors of a flow epoch (one pass over the bytes; the dependent steps at its
-staleness), time to a target validation loss, and loss-against-time plots."""
+staleness), time to a target validation loss (evaluated ``model.evals_per_epoch`` times an epoch), and
+loss-against-time plots."""
 from __future__ import annotations
 
 import math
@@ -11,6 +12,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from pipeline.config import require
 from pipeline.models.base import Model
 from pipeline.models.wide import prep
 from pipeline.models.wide import reference as ref
@@ -44,7 +46,7 @@ class CpuTrainer:
     def epoch(self, order):
         t0 = time.perf_counter()
         loss = ref.train_epoch(self.data.Xtr, self.data.ytr, self.p, order, self.data.chunk, self.per, self.lr,
-                               self.denom, self.acc, self.ada_lr)
+                               self.denom, self.acc, self.ada_lr, over=self.data.n)
         return loss, (time.perf_counter() - t0) * 1e3
 
 
@@ -61,18 +63,43 @@ def optimizer_of(variant: str, optimizer: str) -> str:
 class WideTrainer:
     """One variant as a harness trainer (:class:`pipeline.train.Trainer`): an epoch trains the chunks
     in the epoch's seeded order (the same for every variant), ``stats`` gives the training loss and
-    the device time of the epoch's kernels (``gpu_ms``), ``evaluate`` the validation loss and AUC."""
+    the device time of the epoch's kernels (``gpu_ms``), ``evaluate`` the validation loss and AUC.
+    With ``parts`` > 1 (``fit(parts=)``, model.evals_per_epoch) the epoch's order is trained as
+    that many consecutive slices cut between mini-batches of ``step`` chunks
+    (:func:`reference.epoch_slice`): the same steps in the same order as one pass; ``part_stats``
+    gives each slice's loss and device time, ``stats`` the epoch's (their sums)."""
 
-    def __init__(self, name: str, kind: str, inner, data: prep.WideData, seed: int, shuffle: bool):
+    def __init__(self, name: str, kind: str, inner, data: prep.WideData, seed: int, shuffle: bool, step: int = 1):
         self.name, self.kind, self.inner, self.data = name, kind, inner, data
-        self.seed, self.shuffle = seed, shuffle
+        self.seed, self.shuffle, self.step = seed, shuffle, max(1, int(step))
         self.work_per_epoch = data.n
         self.last: Tuple[float, float] = (math.nan, math.nan)
+        self.part: Tuple[float, float] = (math.nan, math.nan)
+        self._order: Tuple[int, Optional[np.ndarray]] = (-1, None)
 
-    def epoch(self, index: int, progress) -> None:
-        order = ref.epoch_order(self.data.n_chunks, self.seed, index, self.shuffle)
-        self.last = self.inner.epoch(order)
-        progress(self.data.n)
+    def order(self, index: int) -> np.ndarray:
+        """The epoch's chunk order (drawn once an epoch, whatever the parts)."""
+        if self._order[0] != index:
+            self._order = (index, ref.epoch_order(self.data.n_chunks, self.seed, index, self.shuffle))
+        return self._order[1]
+
+    def epoch(self, index: int, progress, part: int = 0, parts: int = 1) -> None:
+        order = self.order(index)
+        if parts == 1:
+            self.last = self.inner.epoch(order)
+            progress(self.data.n)
+            return
+        piece = ref.epoch_slice(order, part, parts, self.step)
+        loss, ms = self.inner.epoch(piece)        # loss: the slice's summed loss / the epoch's n samples
+        data = self.data
+        rows = int(np.minimum(data.chunk, data.n - piece.astype(np.int64) * data.chunk).sum())
+        self.part = (loss * data.n / max(rows, 1), ms)
+        before = (0.0, 0.0) if part == 0 else self.last
+        self.last = (before[0] + loss, before[1] + ms)
+        progress(rows)
+
+    def part_stats(self) -> Dict[str, float]:
+        return {"train_loss": self.part[0], "gpu_ms": self.part[1]}
 
     def stats(self) -> Dict[str, float]:
         out = {"train_loss": self.last[0], "gpu_ms": self.last[1]}
@@ -142,6 +169,12 @@ class WideModel(Model):
         self.update = str(m["update"])
         self.optimizer = str(m.optimizer)
         self.epochs = int(m.epochs)
+        # evaluations an epoch: slices of the chunk order cut between mini-batches, the same for every variant
+        self.step = max(1, int(m.batch_size) // self.data.chunk)
+        self.parts = int(m.evals_per_epoch)
+        steps = -(-self.data.n_chunks // self.step)
+        require(self.parts <= steps, "model.evals_per_epoch", self.parts,
+                f"at most the {steps} mini-batches of {self.step * self.data.chunk} samples an epoch has here")
         self.trainers: Dict[str, object] = {}
         self.publish_us: Tuple[float, float] = (math.nan, math.nan)
 
@@ -171,7 +204,12 @@ class WideModel(Model):
                 self.ctx.notice("flow: design=warp keeps the training data on the device, which exceeds the device "
                                 "budget; using design=chunk (out of core)")
             if v == "flow":
-                self.trainers[v] = gpu.FlowTrainer(self.data, m, self.ctx, self.budget_bytes())
+                budget = self.budget_bytes()
+                require(self.parts == 1 or self.data.edge_bytes <= budget, "model.evals_per_epoch", self.parts,
+                        f"1 with out-of-core flow (training data {self.data.edge_bytes / 2**20:.0f} MiB over the "
+                        f"device budget of {budget / 2**20:.0f} MiB: it streams pieces, not slices of the chunk "
+                        f"order); raise model.device_budget_mb")
+                self.trainers[v] = gpu.FlowTrainer(self.data, m, self.ctx, budget)
                 if self.trainers[v].out_of_core:
                     self.ctx.notice(f"flow: training data ({self.data.edge_bytes / 2**20:.0f} MiB) exceeds the "
                                     f"device budget: out-of-core mode, {len(self.trainers[v].pieces)} pieces on "
@@ -192,13 +230,15 @@ class WideModel(Model):
             return CpuTrainer(self.data, self.cfg.model, update, optimizer)
         return self.trainers[v]
 
-    def train(self, v: str, update: str, live: bool = False, optimizer: Optional[str] = None) -> History:
+    def train(self, v: str, update: str, live: bool = False, optimizer: Optional[str] = None,
+              parts: Optional[int] = None) -> History:
+        """``parts``: evaluations an epoch (None: model.evals_per_epoch)."""
         cfg, m, data = self.cfg, self.cfg.model, self.data
         opt = optimizer if optimizer is not None else optimizer_of(v, self.optimizer)
         inner = self._trainer(v, update, opt)
         inner.set_params(ref.init_params(data.d, int(m.k), float(m.init_std), int(cfg.seed)))
         kind = OURS if v in self.ours else BASELINE
-        tr = WideTrainer(v, kind, inner, data, int(cfg.seed), bool(m.shuffle))
+        tr = WideTrainer(v, kind, inner, data, int(cfg.seed), bool(m.shuffle), self.step)
         window, early = int(m.window), bool(m.early_stop)
         pre = "" if v == self.ours[0] else f"{v}/"
 
@@ -210,7 +250,8 @@ class WideModel(Model):
             if early and ref.should_stop(h.series("val_loss"), window):
                 return f"early stop: validation loss above the mean of the previous {window} epochs"
             return ""
-        return fit(self.ctx, [tr], self.epochs, stop=stop, watch=("val_loss",), desc=f"{m.name}/{v}")[v]
+        return fit(self.ctx, [tr], self.epochs, stop=stop, watch=("val_loss",), desc=f"{m.name}/{v}",
+                   parts=self.parts if parts is None else parts)[v]
 
     def execute(self) -> None:
         self.hist: Dict[str, History] = {}
@@ -233,7 +274,7 @@ class WideModel(Model):
                 continue
             sem, opt = key(v)
             if (sem, opt) not in self.refs:
-                self.refs[sem, opt] = self.train("cpu", sem, optimizer=opt).last("val_loss")
+                self.refs[sem, opt] = self.train("cpu", sem, optimizer=opt, parts=1).last("val_loss")
             d = abs(h.last("val_loss") - self.refs[sem, opt])
             self.dloss[v] = d
             if not np.isfinite(d) or d > tol:
@@ -316,8 +357,18 @@ class WideModel(Model):
         rep.metrics["summary/objective"] = self.hist[main].last("val_loss")
         rep.notes.append(f"flow updates: {self.update}, optimizer {self.optimizer} (stage/torch: strict mini-batches "
                          f"of {max(1, int(m.batch_size) // data.chunk) * data.chunk} samples, SGD)")
-        rep.notes.append(f"time to quality: target validation loss {target:.5f} from {target_src}; to_target_s sums "
-                         f"the epochs' training time (wall), to_target_gpu_s their device time, evaluation excluded")
+        if self.parts == 1:
+            rep.notes.append(f"time to quality: target validation loss {target:.5f} from {target_src}; to_target_s "
+                             f"sums the epochs' training time (wall), to_target_gpu_s their device time, evaluation "
+                             f"excluded")
+        else:
+            rep.notes.append(f"time to quality: target validation loss {target:.5f} from {target_src}; evaluated "
+                             f"{self.parts} times an epoch (model.evals_per_epoch: slices of the chunk order cut "
+                             f"between mini-batches), so to_target_epochs is in steps of 1/{self.parts}; to_target_s "
+                             f"sums the slices' training time (wall), to_target_gpu_s their device time, evaluation "
+                             f"excluded; epoch_ms, gpu_ms and the columns built on them stay per epoch, each the "
+                             f"sum of its {self.parts} slices (on the GPU, each slice its own launches, drained at "
+                             f"its end)")
         if not self.ctx.cuda:
             rep.notes.append("x_of_floor, x_of_step_bound: not on the CPU backend (they need the GPU's copy bandwidth "
                              "and grid-wide publication latency)")
@@ -330,8 +381,9 @@ class WideModel(Model):
 
 
 def loss_plot(hist: Dict[str, History], title: str, target: float = math.nan):
-    """Validation loss against cumulative training time of every variant: wall time (left) and
-    device time (right; the CPU reference's is its wall time), with the target loss."""
+    """Validation loss against cumulative training time of every variant at every evaluation (each
+    epoch, or each part of one with model.evals_per_epoch): wall time (left) and device time (right;
+    the CPU reference's is its wall time), with the target loss."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -339,8 +391,10 @@ def loss_plot(hist: Dict[str, History], title: str, target: float = math.nan):
     for ax, clock, label in ((axes[0], "epoch_ms", "training time (s, wall, evaluation excluded)"),
                              (axes[1], "gpu_ms", "training time (s, device)")):
         for v, h in hist.items():
-            t = np.cumsum([x if math.isfinite(x) else 0.0 for x in h.series(clock)]) / 1e3
-            ax.plot(t, h.series("val_loss"), marker="o", ms=3, label=f"{v} (val)")
+            pts = h.evals
+            dt = [float(r.get(clock, math.nan)) for r in pts]
+            t = np.cumsum([x if math.isfinite(x) else 0.0 for x in dt]) / 1e3
+            ax.plot(t, [float(r.get("val_loss", math.nan)) for r in pts], marker="o", ms=3, label=f"{v} (val)")
         if math.isfinite(target):
             ax.axhline(target, color="grey", ls="--", lw=1, label=f"target {target:.4f}")
         ax.set_xscale("log")

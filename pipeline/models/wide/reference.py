@@ -202,12 +202,14 @@ def chunks_per_step(update: str, batch_size: int, chunk: int) -> int:
 
 
 def train_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, order: np.ndarray, chunk: int, per_step: int,
-                lr: float, chunk_denom: int = 0, acc: Optional[Params] = None, ada_lr: float = 0.0) -> float:
+                lr: float, chunk_denom: int = 0, acc: Optional[Params] = None, ada_lr: float = 0.0,
+                over: int = 0) -> float:
     """One epoch in place; returns the mean training loss (each sample's loss before its step).
     ``chunk_denom`` > 0 (update=chunk): each chunk's step is lr * sum(grad) / chunk_denom, i.e. its
     share of a mini-batch of ``chunk_denom`` samples applied at once. ``acc`` (AdaGrad's
     accumulators, :func:`init_accumulator`, updated in place): AdaGrad steps of ``ada_lr`` for w and
-    V instead of SGD (the bias keeps SGD's step)."""
+    V instead of SGD (the bias keeps SGD's step). ``over`` > 0: the loss sum is divided by this
+    instead of the samples trained (a slice of an epoch: its share of the epoch's mean)."""
     total, cnt = 0.0, 0
     n = X.shape[0]
     for i in range(0, len(order), per_step):
@@ -227,7 +229,7 @@ def train_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, order: np.ndarray, c
             sgd_step(p, g, lr * Xb.shape[0] / chunk_denom if chunk_denom else lr, cols)
         total += loss * Xb.shape[0]
         cnt += Xb.shape[0]
-    return total / max(cnt, 1)
+    return total / (over or max(cnt, 1))
 
 
 def evaluate(X: sp.csr_matrix, y: np.ndarray, p: Params) -> Tuple[float, float]:
@@ -250,3 +252,15 @@ def epoch_order(n_chunks: int, seed: int, epoch: int, shuffle: bool) -> np.ndarr
     if not shuffle:
         return np.arange(n_chunks, dtype=np.int32)
     return np.random.default_rng([seed, epoch]).permutation(n_chunks).astype(np.int32)
+
+
+def epoch_slice(order: np.ndarray, part: int, parts: int, step: int = 1) -> np.ndarray:
+    """The ``part``-th of ``parts`` consecutive slices of an epoch's chunk order (model.evals_per_epoch),
+    cut only between steps of ``step`` chunks (a mini-batch), the steps shared out as evenly as
+    possible (the first slices take one more): training the slices in turn trains the whole order's
+    steps, in order. A slice is empty when ``parts`` exceeds the steps."""
+    steps = -(-len(order) // max(1, step))
+    q, r = divmod(steps, parts)
+    a = part * q + min(part, r)
+    b = a + q + (part < r)
+    return order[a * step:b * step]

@@ -24,6 +24,9 @@ FAST = ["model=fewhot", "backend=cpu", "progress=false", "bench.warmup=0", "benc
 
 def _env():
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
+    # the interpreter's own bin first, so `mlflow` (scripts/mlflow_server.sh) is this environment's
+    # even when the tests run as <venv>/bin/python without the venv activated
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env.pop(tracking.PARENT_ENV, None)
     env.pop(tracking.EXPERIMENT_ENV, None)
     return env
@@ -195,8 +198,12 @@ def server(tmp_path):
             break
         except Exception:
             if p.poll() is not None or time.time() - t0 > 120:
-                os.killpg(p.pid, signal.SIGKILL)
-                pytest.fail("mlflow server did not start: " + (p.stderr.read() if p.poll() is not None else "timeout"))
+                exited = p.poll() is not None
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:      # the server's group is already gone
+                    pass
+                pytest.fail("mlflow server did not start: " + (p.stderr.read()[-3000:] if exited else "timeout"))
             time.sleep(0.5)
     yield uri
     os.killpg(p.pid, signal.SIGTERM)

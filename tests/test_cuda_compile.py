@@ -33,7 +33,9 @@ DEFINES = {
                           {"K": 0, "C": 32, "H": 256, "HC": 256, "WS": 2, "NSH": 8, "HSH": 256, "OPT": 1},
                           {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 4, "NSH": 4, "HSH": 32, "OPT": 1},
                           {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 4, "NSH": 4, "HSH": 32, "OPT": 1,
-                           "ADA_AGG": 0}],
+                           "ADA_AGG": 0},
+                          {"K": 0, "C": 32, "H": 256, "HC": 256, "WS": 2, "NSH": 8, "HSH": 256, "OPT": 1,
+                           "ADA_AGG": 0, "ADA_ISSUE": 1}],
 }
 BUILDS = [(src, None) for src in SOURCES] + \
          [(src, d) for src, sets in DEFINES.items() if src in SOURCES for d in sets]

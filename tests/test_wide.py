@@ -383,7 +383,8 @@ NVCC = __import__("shutil").which("nvcc")
                                   "-DOPT=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32",
                                   "-DOPT=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32 -DHC=32",
                                   "-DOPT=1 -DADA_AGG=0 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256",
-                                  "-DOPT=1 -DADA_AGG=0 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32"])
+                                  "-DOPT=1 -DADA_AGG=0 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32",
+                                  "-DOPT=1 -DADA_AGG=0 -DADA_ISSUE=1 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256"])
 def test_warp_kernel_compiles_without_spills(defs, tmp_path):
     """The warp design's kernels compile for sm_90 at the geometries the trainer picks, without
     local-memory spills (a spill would put a step's registers behind global memory latency)."""
@@ -757,13 +758,17 @@ def _param_and_accumulator_errors(tr, q, acc, k):
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
-@pytest.mark.parametrize("k,shards,hot,inflight,hc", [
-    (0, 1, 0, 1, 0), (0, 8, 64, 4, 0), (10, 4, 32, 3, 0), (3, 2, 8, 4, 0), (0, 4, 64, 4, 32), (10, 2, 8, 2, 16)])
-def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards, hot, inflight, hc):
+@pytest.mark.parametrize("k,shards,hot,inflight,hc,issue", [
+    (0, 1, 0, 1, 0, False), (0, 8, 64, 4, 0, False), (10, 4, 32, 3, 0, False), (3, 2, 8, 4, 0, False),
+    (0, 4, 64, 4, 32, False), (10, 2, 8, 2, 16, False),
+    (0, 1, 0, 1, 0, True), (0, 8, 64, 4, 0, True), (0, 4, 64, 4, 32, True)])
+def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards, hot, inflight, hc, issue):
     """model.optimizer=adagrad in the warp kernel (run on the host as above) with one sample a step
     (chunk = warp_samples = 1) and the warps one after another: each sample's accumulator atomics
     see every square before them, so the pass equals the reference's AdaGrad steps in that order,
-    with the hot rows and their accumulators spread over the shards, and through the hot-row cache."""
+    with the hot rows and their accumulators spread over the shards, and through the hot-row cache.
+    issue (LR, model.adagrad_issue_first): a lane's atomics all issued before their steps, on rows of
+    ~200 edges with one in registers a lane, so each lane's tail takes several batches of ITB."""
     import sys
     import types
     from omegaconf import OmegaConf
@@ -773,15 +778,18 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
     monkeypatch.setattr(kernels, "load", _HostKernels(tmp_path).load)
     monkeypatch.setattr(transfer, "upload_all", lambda d: {key: np.ascontiguousarray(v) for key, v in d.items()})
-    X, y = ctr_synth.generate(2000, 4000, 40, 1)
+    X, y = ctr_synth.generate(2000, 4000, 400 if issue else 40, 1)
     X.data = np.random.default_rng(2).uniform(0.5, 2.0, X.nnz).astype(np.float32)
     data = prep.from_arrays(prep.build_arrays(X[:-200], y[:-200], X[-200:], y[-200:], 1, 16, 0), 1, 16)
     mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update="chunk", warp_samples=1,
-                               edges_per_lane=0, inflight=inflight, warps_per_block=1 if hc else 0,
+                               edges_per_lane=1 if issue else 0, inflight=inflight, warps_per_block=1 if hc else 0,
                                shards=shards, shard_hot=hot, chunk=1, prefetch=0, hot_cache=hc, spread=True,
-                               optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01))
+                               optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01, adagrad_issue_first=issue))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
     assert tr.adagrad and tr.geo["nw"] == inflight and tr.geo["smem"] == 8 * hc * tr.kp
+    assert tr.geo["ADA_ISSUE"] == int(issue)
+    if issue:                                   # several tail batches of ITB (4) edges a lane
+        assert np.diff(data.Xtr.indptr).max() > 32 * (1 + 4)
 
     _untimed(tr)
     rng = np.random.default_rng(k + shards)

@@ -150,23 +150,24 @@ def test_warp_chunk_one_warp_equals_reference(compose, tmp_path, model, k, ds, h
 
 
 @pytest.mark.parametrize("hc", [0, 16])
-@pytest.mark.parametrize("model,k,ds", WARP_CASES)
-def test_warp_adagrad_one_sample_in_flight_equals_reference(compose, tmp_path, model, k, ds, hc):
+@pytest.mark.parametrize("model,k,ds,issue", [(*c, False) for c in WARP_CASES] + [(*c, True) for c in WARP_CASES if not c[1]])
+def test_warp_adagrad_one_sample_in_flight_equals_reference(compose, tmp_path, model, k, ds, hc, issue):
     """model.optimizer=adagrad, one warp training one sample a step (chunk = warp_samples = 1,
     inflight = 1): the accumulators' atomics see every earlier square, so the epoch equals the
     reference's AdaGrad steps (fixed order) to 1e-5, with the hot rows sharded, with and without
-    the hot-row cache (whose accumulators are global, as the uncached rows')."""
+    the hot-row cache (whose accumulators are global, as the uncached rows'); LR also with
+    model.adagrad_issue_first (a lane's atomics issued before their steps)."""
     from pipeline.models.wide import gpu
     ov = [f"model={model}", f"dataset={ds}", "size=small", "batch_size=256", "model.update=chunk",
           "model.shuffle=false", "model.design=warp", "model.chunk=1", "model.warp_samples=1",
           "model.inflight=1", "model.shards=4", "model.shard_hot=16", f"model.hot_cache={hc}",
-          "model.optimizer=adagrad"]
+          "model.optimizer=adagrad", f"model.adagrad_issue_first={str(issue).lower()}"]
     if k:
         ov.append(f"model.k={k}")
     cfg, ctx, data = make(compose, tmp_path, ov)
     m = cfg.model
     tr = gpu.FlowWarpTrainer(data, m, ctx)
-    assert tr.geo["nw"] == 1 and tr.adagrad
+    assert tr.geo["nw"] == 1 and tr.adagrad and tr.geo["ADA_ISSUE"] == int(issue)
     order = np.arange(min(data.n_chunks, 3000), dtype=np.int32)     # 3000 sequential samples
     p0 = random_params(data, k, 7)
     tr.set_params(p0)

@@ -349,6 +349,9 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 #ifndef ADA_AGG
 #define ADA_AGG 1                                     // AdaGrad: warp-aggregated accumulator atomics (0: one per lane)
 #endif
+#ifndef ADA_ISSUE
+#define ADA_ISSUE 0                                   // AdaGrad, LR, per lane: a lane's accumulator atomics issued before their steps
+#endif
 #define WG (32 / WS)                                  // lanes per sample
 #define KP ((K) > 0 ? (((K) + 4) & ~3) : 1)           // floats per packed parameter row
 #define BST 32                                        // float stride of the bias shards (own lines)
@@ -362,6 +365,9 @@ static_assert(C % WS == 0, "C must be a multiple of WS");
 static_assert(WPF >= 1 && WPF <= 4, "WPF: 1..4");
 static_assert(OPT == 0 || OPT == 1, "OPT: 0 (SGD) or 1 (AdaGrad)");
 static_assert(ADA_AGG == 0 || ADA_AGG == 1, "ADA_AGG: 0 (an accumulator atomic per lane) or 1 (per warp and row)");
+static_assert(ADA_ISSUE == 0 || ADA_ISSUE == 1, "ADA_ISSUE: 0 or 1");
+#define ISSUE (OPT && !ADA_AGG && ADA_ISSUE && K == 0)   // see warp_apply
+#define ITB 4                                         // ISSUE: tail edges a lane takes at a time
 
 // Hot-row cache (HC > 0; the paper's importance-based model caching): a block holds the packed rows
 // of features 0..HC-1 in shared memory, PH (the model, shards summed) and GH (the block's gradient
@@ -685,6 +691,40 @@ __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long 
         float gi = g * x;
         ada_steps<1>(A, Ash, f, rs, &gi, ascale, x != 0.f);
         if (x != 0.f) red_w(T, Tsh, f, rs, gi);
+    }
+#elif ISSUE
+    // AdaGrad, one accumulator atomic per lane and edge (ADA_ISSUE): the lane's atomics for all its
+    // in-register edges are issued before any of their steps, so their round trips overlap (the
+    // steps' REDs to the parameters might alias the accumulators for all the compiler knows, so one
+    // atomic after another's RED would wait for it: a round trip per edge); the tail ITB edges at a
+    // time. The edges of a row are distinct features, so each atomic returns what it would one after
+    // another, and the pass is the same.
+    float seen[WEPL];
+#pragma unroll
+    for (int i = 0; i < WEPL; i++) {
+        const float gi = g * cx[i], sq = gi * gi;
+        seen[i] = cx[i] != 0.f ? atomicAdd(dst_row(A, Ash, cf[i], rs), sq) + sq : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < WEPL; i++)
+        if (cx[i] != 0.f) red_w(T, Tsh, cf[i], rs, ada_finish(A, Ash, cf[i], 0, rs, seen[i], g * cx[i], ascale));
+    for (long long e0 = tail; e0 < c1; e0 += (long long)WG * ITB) {
+        int f[ITB];
+        float x[ITB], st[ITB];
+#pragma unroll
+        for (int b = 0; b < ITB; b++) {
+            const long long e = e0 + (long long)WG * b;
+            x[b] = e < c1 ? __ldcs(data + e) : 0.f;
+            f[b] = e < c1 ? __ldcs(indices + e) : 0;
+        }
+#pragma unroll
+        for (int b = 0; b < ITB; b++) {
+            const float gi = g * x[b], sq = gi * gi;
+            st[b] = x[b] != 0.f ? atomicAdd(dst_row(A, Ash, f[b], rs), sq) + sq : 0.f;
+        }
+#pragma unroll
+        for (int b = 0; b < ITB; b++)
+            if (x[b] != 0.f) red_w(T, Tsh, f[b], rs, ada_finish(A, Ash, f[b], 0, rs, st[b], g * x[b], ascale));
     }
 #else
 #pragma unroll

@@ -50,6 +50,7 @@ class WideConf(ModelConf):
     adagrad_lr: float = 0.02     # adagrad: per-sample step before the per-coordinate scaling
     adagrad_init: float = 0.01   # adagrad: initial accumulator of squared gradients
     adagrad_aggregate: bool = False  # adagrad: one accumulator atomic per warp and row (false: per lane)
+    adagrad_issue_first: bool = False  # adagrad, LR, per lane: a lane's accumulator atomics issued before their steps
     target_loss: Optional[float] = None   # time to quality: target validation loss (None: strict SGD's + margin)
     target_margin: float = 0.003 # time to quality: target = final val loss of strict mini-batch SGD + this
     evals_per_epoch: int = 1     # time to quality: validation evaluations an epoch (slices of the chunk order)

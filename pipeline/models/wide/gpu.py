@@ -259,8 +259,10 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     wpf = int(mc.get("prefetch", 0)) or (2 if kp * epl <= 48 else 1)   # registers: (wpf + 1) x epl edges
     ada = str(mc.get("optimizer", "sgd")) == "adagrad"
     agg = ada and bool(mc.get("adagrad_aggregate", False))     # warp-aggregated accumulator atomics
+    issue = ada and not agg and k == 0 and bool(mc.get("adagrad_issue_first", False))   # LR, per lane
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
-            "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "ADA_AGG": int(agg), "smem": hot_cache_bytes(hc, k)}
+            "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "ADA_AGG": int(agg), "ADA_ISSUE": int(issue),
+            "smem": hot_cache_bytes(hc, k)}
 
 
 class FlowWarpTrainer(_Base):
@@ -287,6 +289,7 @@ class FlowWarpTrainer(_Base):
         if geo["OPT"]:
             defines["OPT"] = geo["OPT"]
             defines["ADA_AGG"] = geo["ADA_AGG"]
+            defines["ADA_ISSUE"] = geo["ADA_ISSUE"]
         self.mod = kernels.load("wide", "wide.cu", defines=defines)
         self.train = self.mod.kernel("flow_warp", "PiPPPPiiPPPPPPifPPPf")
         kernels.require_block(self.train, 32 * max(1, min(geo["wpb"], geo["nw"])), "model.warps_per_block",
@@ -328,7 +331,8 @@ class FlowWarpTrainer(_Base):
 
     def describe(self) -> str:
         g = self.geo
-        ada = f", adagrad ({'warp-aggregated' if g['ADA_AGG'] else 'per-lane'} atomics)" if self.adagrad else ""
+        ada = (f", adagrad ({'warp-aggregated' if g['ADA_AGG'] else 'per-lane'} atomics"
+               f"{', issued first' if g.get('ADA_ISSUE') else ''})") if self.adagrad else ""
         return (f"flow design=warp{ada}: {g['nw']} warps in flight x {g['WS']} "
                 f"sample(s) ({g['WG']} lanes each, "
                 f"{g['WEPL']} edges/lane in registers, loaded {g['WPF']} steps ahead), {g['wpb']} warps/block, "

@@ -384,7 +384,9 @@ NVCC = __import__("shutil").which("nvcc")
                                   "-DOPT=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32 -DHC=32",
                                   "-DOPT=1 -DADA_AGG=0 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256",
                                   "-DOPT=1 -DADA_AGG=0 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32",
-                                  "-DOPT=1 -DADA_AGG=0 -DADA_ISSUE=1 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256"])
+                                  "-DOPT=1 -DADA_AGG=0 -DADA_ISSUE=1 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256",
+                                  "-DBPF=1 -DWS=2 -DWEPL=3 -DNSH=8 -DHSH=256 -DHC=256",
+                                  "-DBPF=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32"])
 def test_warp_kernel_compiles_without_spills(defs, tmp_path):
     """The warp design's kernels compile for sm_90 at the geometries the trainer picks, without
     local-memory spills (a spill would put a step's registers behind global memory latency)."""
@@ -689,14 +691,15 @@ def _untimed(tr) -> None:
     (10, 1, 1, 0, "chunk", 1, 0),
     (0, 4, 4, 64, "chunk", 8, 32), (10, 2, 4, 8, "chunk", 8, 16), (3, 1, 1, 0, "chunk", 4, 8),
     (0, 2, 8, 16, "batch", 0, 64), (10, 4, 4, 32, "batch", 0, 4)])
-@pytest.mark.parametrize("spread", [False, True])
+@pytest.mark.parametrize("spread,bpf", [(False, False), (True, False), (False, True)])
 def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shards, hot, update, inflight, hc,
-                                              spread):
+                                              spread, bpf):
     """update=batch: one pass equals the mini-batch reference. update=chunk with chunk = warp_samples
     (a unit is a chunk): the host runs the warps one after another, so the result equals the
     reference's chunk steps in that warp-major order, every warp adding into its own shard.
     hc > 0: a block of one warp with its hot-row cache (rows read at the start of each step, the
-    step's hot gradients added at its end, into the block's shard), which keeps that order exact."""
+    step's hot gradients added at its end, into the block's shard), which keeps that order exact.
+    bpf (model.prefetch_bias): the bias shards read with the cold rows, before the step boundary."""
     import sys
     import types
     from omegaconf import OmegaConf
@@ -713,9 +716,9 @@ def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shar
     mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update=update, warp_samples=ws,
                                edges_per_lane=0, inflight=inflight, warps_per_block=1 if hc else 0,
                                shards=shards, shard_hot=hot, chunk=chunk, prefetch=0, hot_cache=hc,
-                               spread=spread))
+                               spread=spread, prefetch_bias=bpf))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
-    assert tr.geo["HC"] == hc and (tr.geo["wpb"] == 1 or not hc)
+    assert tr.geo["HC"] == hc and (tr.geo["wpb"] == 1 or not hc) and tr.geo["BPF"] == int(bpf)
     if spread:                                          # the hot rows stay, the others move
         assert np.array_equal(tr.row[:tr.keep], np.arange(tr.keep)) and (tr.row[tr.keep:] != np.arange(tr.keep, data.d)).any()
         assert np.array_equal(np.sort(tr.row), np.arange(data.d))

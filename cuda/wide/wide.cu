@@ -352,6 +352,9 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 #ifndef ADA_ISSUE
 #define ADA_ISSUE 0                                   // AdaGrad, LR, per lane: a lane's accumulator atomics issued before their steps
 #endif
+#ifndef BPF
+#define BPF 0                                         // design=warp: the bias shards read before the step boundary
+#endif
 #define WG (32 / WS)                                  // lanes per sample
 #define KP ((K) > 0 ? (((K) + 4) & ~3) : 1)           // floats per packed parameter row
 #define BST 32                                        // float stride of the bias shards (own lines)
@@ -366,6 +369,7 @@ static_assert(WPF >= 1 && WPF <= 4, "WPF: 1..4");
 static_assert(OPT == 0 || OPT == 1, "OPT: 0 (SGD) or 1 (AdaGrad)");
 static_assert(ADA_AGG == 0 || ADA_AGG == 1, "ADA_AGG: 0 (an accumulator atomic per lane) or 1 (per warp and row)");
 static_assert(ADA_ISSUE == 0 || ADA_ISSUE == 1, "ADA_ISSUE: 0 or 1");
+static_assert(BPF == 0 || BPF == 1, "BPF: 0 or 1");
 #define ISSUE (OPT && !ADA_AGG && ADA_ISSUE && K == 0)   // see warp_apply
 #define ITB 4                                         // ISSUE: tail edges a lane takes at a time
 
@@ -776,14 +780,18 @@ __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long 
 __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const ROW* p, long long c0, long long c1,
                                           int r, float yy, int j, int lane, int rs, const int* __restrict__ indices,
                                           const float* __restrict__ data, const float* P, const float* Psh,
-                                          const float* bb, float* T, float* Tsh, float* tb, float scale,
+                                          const float* bb, float bpre, float* T, float* Tsh, float* tb, float scale,
                                           float* A, float* Ash, float ascale, double& lsum) {
     const long long tail = c0 + (long long)WG * WEPL + j;
 #if K == 0
     const float* pv = p;
     float lin = 0.f;
     for (long long e = tail; e < c1; e += WG) lin += read_w(P, Psh, __ldcs(indices + e)) * __ldcs(data + e);
+#if BPF
+    lin += bpre;                                          // read before the step boundary (see flow_warp)
+#else
     for (int s = j; s < NSH; s += WG) lin += __ldcg(bb + s * BST);
+#endif
 #pragma unroll
     for (int i = 0; i < WEPL; i++) lin += pv[i] * cx[i];
     const float z = grp_sum(lin);
@@ -796,7 +804,11 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
         read_row(pt, P, Psh, __ldcs(indices + e));
         accumulate(pt, __ldcs(data + e), lin, a2, a3);
     }
+#if BPF
+    lin += bpre;                                          // read before the step boundary (see flow_warp)
+#else
     for (int s = j; s < NSH; s += WG) lin += __ldcg(bb + s * BST);
+#endif
 #pragma unroll
     for (int i = 0; i < WEPL; i++) accumulate(p[i], cx[i], lin, a2, a3);
     float z = grp_sum(lin);
@@ -868,6 +880,13 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
     for (int t = 0; t < steps; t++, u += nw) {
         ROW p[WEPL];
         gather_rows(p, ef[0], ex[0], P, Psh, false);      // cold rows: in flight during the boundary
+        float bpre = 0.f;
+#if BPF
+        // the bias shards with the cold rows, as of before the boundary: their round trip overlaps it
+        // (read after it, as without BPF, it is one more L2 round trip on every step's critical path:
+        // no load moves above a barrier)
+        for (int s = j; s < NSH; s += WG) bpre += __ldcg(bb + s * BST);
+#endif
 #if CACHED
         __syncthreads();                                   // the block's previous step is done
         hot_sync(T, Tsh, P, Psh, rsb);
@@ -879,8 +898,8 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
         p0[WPF + 1] = rw[WPF + 1] >= 0 ? __ldg(indptr + rw[WPF + 1]) : 0;
         p1[WPF + 1] = rw[WPF + 1] >= 0 ? __ldg(indptr + rw[WPF + 1] + 1) : 0;
         rw[WPF + 2] = unit_row(order, u + (WPF + 2) * nw, n_units, n, grp);
-        warp_step(ef[0], ex[0], p, p0[0], p1[0], rw[0], ey[0], j, lane, rs, indices, data, P, Psh, bb, T, Tsh, tb,
-                  scale, A, Ash, ascale, lsum);
+        warp_step(ef[0], ex[0], p, p0[0], p1[0], rw[0], ey[0], j, lane, rs, indices, data, P, Psh, bb, bpre, T, Tsh,
+                  tb, scale, A, Ash, ascale, lsum);
         __syncwarp();       // the next step's reads follow this step's updates of every lane of the warp
 #pragma unroll
         for (int a = 0; a < WPF + 2; a++) rw[a] = rw[a + 1];

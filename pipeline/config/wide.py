@@ -41,6 +41,7 @@ class WideConf(ModelConf):
     shard_hot: int = 0           # design=warp: most frequent features whose rows are sharded
     prefetch: int = 0            # design=warp: steps ahead the edges are loaded (0: 2, or 1 for big FM rows)
     spread: bool = False         # design=warp: rows of features past the hot ones spread over lines (seeded)
+    prefetch_bias: bool = False  # design=warp: the bias shards read with the cold rows, before the step boundary
     hot_cache: int = 0           # design=warp: most frequent features whose rows each block caches in shared memory
     shuffle: bool = True         # reshuffle chunk order every epoch
     init_std: float = 0.01       # FM factors ~ N(0, init_std^2), seeded

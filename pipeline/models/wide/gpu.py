@@ -262,7 +262,7 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     issue = ada and not agg and k == 0 and bool(mc.get("adagrad_issue_first", False))   # LR, per lane
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
             "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "ADA_AGG": int(agg), "ADA_ISSUE": int(issue),
-            "smem": hot_cache_bytes(hc, k)}
+            "BPF": int(bool(mc.get("prefetch_bias", False))), "smem": hot_cache_bytes(hc, k)}
 
 
 class FlowWarpTrainer(_Base):
@@ -286,6 +286,8 @@ class FlowWarpTrainer(_Base):
         from pipeline.gpu import kernels
         defines = dict(kernel_defines(mc, data))
         defines.update({k: geo[k] for k in ("WS", "WEPL", "NSH", "HSH", "WPF", "HC")})
+        if geo["BPF"]:
+            defines["BPF"] = 1
         if geo["OPT"]:
             defines["OPT"] = geo["OPT"]
             defines["ADA_AGG"] = geo["ADA_AGG"]

@@ -665,6 +665,24 @@ __device__ __forceinline__ void gather_rows(ROW* p, const int* cf, const float* 
     }
 }
 
+#if ISSUE
+// LR AdaGrad (ADA_ISSUE): NB edges (f, x; x = 0: none) of the lane's sample, delta g: every edge's
+// accumulator atomic first, then every step's RED (see warp_apply)
+template <int NB>
+__device__ __forceinline__ void ada_issue_apply(const int* f, const float* x, float g, int rs, float* T, float* Tsh,
+                                                float* A, float* Ash, float ascale) {
+    float seen[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        const float gi = g * x[b], sq = gi * gi;
+        seen[b] = x[b] != 0.f ? atomicAdd(dst_row(A, Ash, f[b], rs), sq) + sq : 0.f;
+    }
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+        if (x[b] != 0.f) red_w(T, Tsh, f[b], rs, ada_finish(A, Ash, f[b], 0, rs, seen[b], g * x[b], ascale));
+}
+#endif
+
 // Apply of one step: gradient g * (x, x a2_q - v_q x^2) of each edge of the lane's sample, as REDs.
 // SGD: g = scale * delta; AdaGrad: g = delta (per-sample gradients, each coordinate's ada_step).
 // live: the lane's sample has a gradient (g != 0). ADA_AGG: every lane runs every slot and the warp's
@@ -703,32 +721,17 @@ __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long 
     // atomic after another's RED would wait for it: a round trip per edge); the tail ITB edges at a
     // time. The edges of a row are distinct features, so each atomic returns what it would one after
     // another, and the pass is the same.
-    float seen[WEPL];
-#pragma unroll
-    for (int i = 0; i < WEPL; i++) {
-        const float gi = g * cx[i], sq = gi * gi;
-        seen[i] = cx[i] != 0.f ? atomicAdd(dst_row(A, Ash, cf[i], rs), sq) + sq : 0.f;
-    }
-#pragma unroll
-    for (int i = 0; i < WEPL; i++)
-        if (cx[i] != 0.f) red_w(T, Tsh, cf[i], rs, ada_finish(A, Ash, cf[i], 0, rs, seen[i], g * cx[i], ascale));
+    ada_issue_apply<WEPL>(cf, cx, g, rs, T, Tsh, A, Ash, ascale);
     for (long long e0 = tail; e0 < c1; e0 += (long long)WG * ITB) {
         int f[ITB];
-        float x[ITB], st[ITB];
+        float x[ITB];
 #pragma unroll
         for (int b = 0; b < ITB; b++) {
             const long long e = e0 + (long long)WG * b;
             x[b] = e < c1 ? __ldcs(data + e) : 0.f;
             f[b] = e < c1 ? __ldcs(indices + e) : 0;
         }
-#pragma unroll
-        for (int b = 0; b < ITB; b++) {
-            const float gi = g * x[b], sq = gi * gi;
-            st[b] = x[b] != 0.f ? atomicAdd(dst_row(A, Ash, f[b], rs), sq) + sq : 0.f;
-        }
-#pragma unroll
-        for (int b = 0; b < ITB; b++)
-            if (x[b] != 0.f) red_w(T, Tsh, f[b], rs, ada_finish(A, Ash, f[b], 0, rs, st[b], g * x[b], ascale));
+        ada_issue_apply<ITB>(f, x, g, rs, T, Tsh, A, Ash, ascale);
     }
 #else
 #pragma unroll

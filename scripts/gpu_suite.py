@@ -274,14 +274,13 @@ def short_gpu(record: Dict[str, Any]) -> str:
     return gpu_model(record).replace("NVIDIA ", "")
 
 
-# A row's time, whichever column its model reports it in (device time first), in ms.
-TIME_COLUMNS = ("median_ms", "gpu_ms", "time_s", "layer_s", "epoch_ms", "epoch_s")
 ROW_KEYS = ("case", "network", "k", "variant")
 
 
 def _row_time(row: Dict[str, Any]) -> Optional[Tuple[str, float]]:
-    from pipeline.headline import row_ms
-    for col in TIME_COLUMNS:
+    """(column, ms) of the row's time, whichever column its model reports it in (device time first)."""
+    from pipeline.headline import TO_MS, row_ms
+    for col in TO_MS:
         ms = row_ms(row, col)
         if ms == ms:
             return col, ms

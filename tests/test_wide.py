@@ -224,6 +224,28 @@ def test_adagrad_terms_against_finite_differences(k):
     assert any(abs(c[4]) > 1e-3 for c in coords if c[0] == "V") or k == 0
 
 
+@pytest.mark.parametrize("k", [0, 3])
+def test_row_terms_equal_the_vectorised_gradient_of_one_sample(k):
+    """reference.row_terms (one sample from its packed rows, as the kernel emulations use it) against
+    loss_and_grad on that sample alone: the loss, and each edge's row gradient (w and V)."""
+    rng = np.random.default_rng(6)
+    X = small_csr(4, n=6, d=9).astype(np.float64)
+    X.data = rng.uniform(0.5, 2.0, X.nnz)
+    y = (rng.random(6) < 0.5).astype(np.float64)
+    p = ref.init_params(9, k, 0.3, 2).astype(np.float64)
+    p.w[:] = rng.standard_normal(9) * 0.5
+    p.b = 0.1
+    packed = np.concatenate([p.w[:, None], p.V], 1) if k else p.w[:, None]
+    for r in range(6):
+        cols, xs = X.indices[X.indptr[r]:X.indptr[r + 1]], X.data[X.indptr[r]:X.indptr[r + 1]]
+        loss, dl, g = ref.row_terms(packed[cols], xs, p.b, y[r])
+        want_loss, want, _ = ref.loss_and_grad(X[r], y[r:r + 1], p)
+        assert abs(loss - want_loss) < 1e-12 and abs(dl - want.b) < 1e-12
+        assert np.allclose(g[:, 0], want.w[cols], rtol=0, atol=1e-12)
+        if k:
+            assert np.allclose(g[:, 1:], want.V[cols], rtol=0, atol=1e-12)
+
+
 def test_adagrad_step_by_hand():
     """One AdaGrad step: A += squares first, then w -= lr g / sqrt(A); the bias by SGD's step."""
     X = sp.csr_matrix(np.array([[1.0, 0.0, 2.0], [0.0, 1.0, 1.0]]))
@@ -379,9 +401,9 @@ NVCC = __import__("shutil").which("nvcc")
                                   "-DK=64 -DWS=1 -DWEPL=1 -DNSH=2 -DHSH=8 -DWPF=1",
                                   "-DWPF=1", "-DWS=2 -DWEPL=3 -DWPF=3", "-DK=10 -DWS=4 -DWEPL=7 -DWPF=1",
                                   "-DWS=4 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256", "-DK=10 -DWS=4 -DWEPL=8 -DHC=64 -DWPF=1",
-                                  "-DOPT=1 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256",
-                                  "-DOPT=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32",
-                                  "-DOPT=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32 -DHC=32",
+                                  "-DOPT=1 -DADA_AGG=1 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256",
+                                  "-DOPT=1 -DADA_AGG=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32",
+                                  "-DOPT=1 -DADA_AGG=1 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32 -DHC=32",
                                   "-DOPT=1 -DADA_AGG=0 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256",
                                   "-DOPT=1 -DADA_AGG=0 -DK=10 -DWS=4 -DWEPL=8 -DNSH=4 -DHSH=32",
                                   "-DOPT=1 -DADA_AGG=0 -DADA_ISSUE=1 -DWS=2 -DWEPL=4 -DNSH=8 -DHSH=256 -DHC=256",
@@ -844,24 +866,12 @@ def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr):
                 continue
             r = int(order[u])
             cols, xs = X.indices[X.indptr[r]:X.indptr[r + 1]], X.data[X.indptr[r]:X.indptr[r + 1]].astype(np.float64)
-            rows = ph[b][cols]
-            z = float(rows[:, 0] @ xs) + p.b
-            a2 = None
-            if kp1 > 1:
-                xv = rows[:, 1:] * xs[:, None]
-                a2 = xv.sum(0)
-                z += 0.5 * (float(a2 @ a2) - float((xv * xv).sum()))
-            dl = float(ref.sigmoid(z)) - float(y[r])
+            loss, dl, g = ref.row_terms(ph[b][cols], xs, p.b, y[r])
             p.b += scale * dl
-            lsum += float(ref.logloss(np.float64(z), np.float64(y[r])))
+            lsum += loss
             for i, f in enumerate(cols):
-                x = xs[i]
-                g = np.empty(kp1)
-                g[0] = dl * x
-                if kp1 > 1:
-                    g[1:] = dl * (x * a2 - rows[i, 1:] * x * x)
-                acc[f] += g * g
-                gh[b][f] += -alr * g / np.sqrt(acc[f])
+                acc[f] += g[i] * g[i]
+                gh[b][f] += -alr * g[i] / np.sqrt(acc[f])
     p.w[:] = model[:, 0]
     A.w[:] = acc[:, 0]
     if kp1 > 1:

@@ -118,7 +118,7 @@ class FlowTrainer(_Base):
         else:
             for i in range(0, len(order), self.per):
                 cs = order[i:i + self.per]
-                nb = int(sum(min(data.chunk, data.n - c * data.chunk) for c in cs))
+                nb = data.rows_of(cs)
                 view = order_dev[i:i + len(cs)]
                 self._launch(view, len(cs), self.dev, data.n, (self.gw, self.gv, self.gb), -self.lr / nb)
                 self.commit((max(1, min(len(cs), self.max_grid)),), (self.threads,), view, np.int32(len(cs)),
@@ -409,7 +409,7 @@ class FlowWarpTrainer(_Base):
             upc = data.chunk // self.geo["WS"]
             for i in range(0, len(order), self.per):
                 cs = order[i:i + self.per]
-                nb = int(sum(min(data.chunk, data.n - c * data.chunk) for c in cs))
+                nb = data.rows_of(cs)
                 view = order_dev[i:i + len(cs)]
                 self._launch(view, len(cs), (self.Gr, self.Psh, self.gb), 0, -self.lr / nb,
                              min(len(cs) * upc, 32 * 1024))

@@ -92,7 +92,7 @@ class WideTrainer:
         piece = ref.epoch_slice(order, part, parts, self.step)
         loss, ms = self.inner.epoch(piece)        # loss: the slice's summed loss / the epoch's n samples
         data = self.data
-        rows = int(np.minimum(data.chunk, data.n - piece.astype(np.int64) * data.chunk).sum())
+        rows = data.rows_of(piece)
         self.part = (loss * data.n / max(rows, 1), ms)
         before = (0.0, 0.0) if part == 0 else self.last
         self.last = (before[0] + loss, before[1] + ms)

@@ -59,6 +59,11 @@ class WideData:
     def chunk_rows(self, c: int) -> Tuple[int, int]:
         return c * self.chunk, min((c + 1) * self.chunk, self.n)
 
+    def rows_of(self, chunks) -> int:
+        """Training rows in the chunks ``chunks`` (ids; the last chunk may be short)."""
+        c = np.asarray(chunks, dtype=np.int64)
+        return int(np.minimum(self.chunk, self.n - c * self.chunk).sum())
+
     @property
     def edge_bytes(self) -> int:
         return int(self.fid.nbytes + self.sid.nbytes + self.val.nbytes + self.ytr.nbytes)

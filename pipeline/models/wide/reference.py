@@ -123,6 +123,24 @@ def adagrad_step(p: Params, A: Params, gsum: Params, sq: Params, lr: float, lr_b
     p.b -= lr_bias * gsum.b
 
 
+def row_terms(rows: np.ndarray, xs: np.ndarray, b: float, y: float) -> Tuple[float, float, np.ndarray]:
+    """One sample's terms from its features' packed parameter rows ``rows`` (column 0 the weight,
+    columns 1.. the factors; float64), its values ``xs`` and the bias ``b``: (log loss, delta =
+    sigmoid(z) - y, G), G[i] the gradient of edge i's row over the sample's loss: delta x (x a2 - v x^2
+    for the factors, a2 the sample's factor sums). What the emulations of the kernels' orders share."""
+    z = float(rows[:, 0] @ xs) + b
+    g = np.empty_like(rows)
+    if rows.shape[1] > 1:
+        xv = rows[:, 1:] * xs[:, None]
+        a2 = xv.sum(0)
+        z += 0.5 * (float(a2 @ a2) - float((xv * xv).sum()))
+    dl = float(sigmoid(z)) - float(y)
+    g[:, 0] = dl * xs
+    if rows.shape[1] > 1:
+        g[:, 1:] = dl * (xs[:, None] * a2 - rows[:, 1:] * xs[:, None] * xs[:, None])
+    return float(logloss(np.float64(z), np.float64(y))), dl, g
+
+
 def warp_adagrad_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, A: Params, steps: List[List[int]], wg: int,
                        scale: float, ada_lr: float) -> Tuple[float, int, int]:
     """AdaGrad as the warp kernel (design=warp) trains ``steps`` with one warp at a time, several
@@ -143,22 +161,10 @@ def warp_adagrad_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, A: Params, st
         ops, dsum = [], 0.0
         for s, r in enumerate(rows):
             cols, xs = X.indices[X.indptr[r]:X.indptr[r + 1]], X.data[X.indptr[r]:X.indptr[r + 1]].astype(np.float64)
-            rw = model[cols]
-            z = float(rw[:, 0] @ xs) + p.b
-            a2 = None
-            if kp1 > 1:
-                xv = rw[:, 1:] * xs[:, None]
-                a2 = xv.sum(0)
-                z += 0.5 * (float(a2 @ a2) - float((xv * xv).sum()))
-            dl = float(sigmoid(z)) - float(y[r])
+            loss, dl, g = row_terms(model[cols], xs, p.b, y[r])
             dsum += dl
-            lsum += float(logloss(np.float64(z), np.float64(y[r])))
-            for i, f in enumerate(cols):
-                g = np.empty(kp1)
-                g[0] = dl * xs[i]
-                if kp1 > 1:
-                    g[1:] = dl * (xs[i] * a2 - rw[i, 1:] * xs[i] * xs[i])
-                ops.append((i // wg, s * wg + i % wg, int(f), g))
+            lsum += loss
+            ops += [(i // wg, s * wg + i % wg, int(f), g[i]) for i, f in enumerate(cols)]
         p.b += scale * dsum
         if not ops:
             continue

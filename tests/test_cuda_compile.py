@@ -30,8 +30,10 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 DEFINES = {
     "cuda/wide/wide.cu": [{"K": 0, "C": 32, "H": 256, "HC": 256, "WS": 2},
                           {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 1},
-                          {"K": 0, "C": 32, "H": 256, "HC": 256, "WS": 2, "NSH": 8, "HSH": 256, "OPT": 1},
-                          {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 4, "NSH": 4, "HSH": 32, "OPT": 1},
+                          {"K": 0, "C": 32, "H": 256, "HC": 256, "WS": 2, "NSH": 8, "HSH": 256, "OPT": 1,
+                           "ADA_AGG": 1},
+                          {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 4, "NSH": 4, "HSH": 32, "OPT": 1,
+                           "ADA_AGG": 1},
                           {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 4, "NSH": 4, "HSH": 32, "OPT": 1,
                            "ADA_AGG": 0},
                           {"K": 0, "C": 32, "H": 256, "HC": 256, "WS": 2, "NSH": 8, "HSH": 256, "OPT": 1,

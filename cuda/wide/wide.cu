@@ -347,7 +347,7 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 #define OPT 0                                         // optimiser of w and V: 0 SGD, 1 AdaGrad (the bias: SGD)
 #endif
 #ifndef ADA_AGG
-#define ADA_AGG 1                                     // AdaGrad: warp-aggregated accumulator atomics (0: one per lane)
+#define ADA_AGG 0                                     // AdaGrad: warp-aggregated accumulator atomics (0: one per lane)
 #endif
 #ifndef ADA_ISSUE
 #define ADA_ISSUE 0                                   // AdaGrad, LR, per lane: a lane's accumulator atomics issued before their steps
@@ -447,9 +447,13 @@ __device__ __forceinline__ float ada_finish(const float* A, const float* Ash, in
     return seen > 0.f ? ascale * gg / sqrtf(seen) : 0.f;
 }
 
+// the accumulator's returning atomic: this shard's accumulator of coordinate q with sq in it
+__device__ __forceinline__ float ada_add(float* A, float* Ash, int f, int q, int rs, float sq) {
+    return atomicAdd(dst_row(A, Ash, f, rs) + q, sq) + sq;
+}
+
 __device__ __forceinline__ float ada_step(float* A, float* Ash, int f, int q, int rs, float gg, float ascale) {
-    const float sq = gg * gg;
-    return ada_finish(A, Ash, f, q, rs, atomicAdd(dst_row(A, Ash, f, rs) + q, sq) + sq, gg, ascale);
+    return ada_finish(A, Ash, f, q, rs, ada_add(A, Ash, f, q, rs, gg * gg), gg, ascale);
 }
 
 #if AGG
@@ -674,8 +678,8 @@ __device__ __forceinline__ void ada_issue_apply(const int* f, const float* x, fl
     float seen[NB];
 #pragma unroll
     for (int b = 0; b < NB; b++) {
-        const float gi = g * x[b], sq = gi * gi;
-        seen[b] = x[b] != 0.f ? atomicAdd(dst_row(A, Ash, f[b], rs), sq) + sq : 0.f;
+        const float gi = g * x[b];
+        seen[b] = x[b] != 0.f ? ada_add(A, Ash, f[b], 0, rs, gi * gi) : 0.f;
     }
 #pragma unroll
     for (int b = 0; b < NB; b++)

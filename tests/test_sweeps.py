@@ -272,12 +272,29 @@ def test_sweep_end_marks_runs_of_dead_jobs(tmp_path, monkeypatch):
         assert client.get_run(parent).info.status == expect
 
 
-def _kill_a_job_mid_run(store: Path, running_jobs: int, job_pids) -> None:
+def _sweep_process(cmd, tmp_path: Path) -> subprocess.Popen:
+    """The sweep, its output into files (a pipe nobody reads while it runs would stall it once full)."""
+    with (tmp_path / "sweep.out").open("w") as out, (tmp_path / "sweep.err").open("w") as err:
+        p = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=out, stderr=err, text=True)
+    p.err_path = tmp_path / "sweep.err"
+    return p
+
+
+def _sweep_stderr(sweep: subprocess.Popen, timeout: int) -> str:
+    sweep.wait(timeout=timeout)
+    return sweep.err_path.read_text()
+
+
+def _kill_a_job_mid_run(store: Path, running_jobs: int, job_pids, sweep=None) -> None:
     """Wait until ``running_jobs`` runs of the sweep are RUNNING in the store and ``job_pids()``
-    finds a job's process, then SIGKILL that process."""
+    finds a job's process, then SIGKILL that process. ``sweep`` (its Popen): when it ends first, the
+    failure shows its exit code and stderr."""
     t0 = time.time()
     while time.time() - t0 < 300:
         time.sleep(1)
+        if sweep is not None and sweep.poll() is not None:
+            pytest.fail(f"the sweep ended (exit {sweep.returncode}) before a job could be killed: "
+                        + sweep.err_path.read_text()[-2000:])
         if not (store / "mlflow.db").exists():
             continue
         try:
@@ -288,7 +305,7 @@ def _kill_a_job_mid_run(store: Path, running_jobs: int, job_pids) -> None:
         if pids:
             os.kill(pids[0], signal.SIGKILL)
             return
-    pytest.fail("no job started")
+    pytest.fail(f"no job started within 300 s ({len(list(store.glob('*')))} entries in the store)")
 
 
 @pytest.mark.slow
@@ -299,10 +316,10 @@ def test_a_killed_job_is_marked_and_the_others_finish(tmp_path):
     cmd = [sys.executable, "-m", "pipeline", "-m", "hydra/launcher=submitit_local", "model=bcm_cnn",
            "dataset=digits", "backend=cpu", "progress=false", "epochs=30", f"tracking.dir={store}",
            "seed=1,2,3", f"hydra.sweep.dir={tmp_path}/multirun"]
-    sweep = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep = _sweep_process(cmd, tmp_path)
     _kill_a_job_mid_run(store, 1, lambda: [int(p) for p in subprocess.run(
-        ["pgrep", "-f", "submitit.core._submit"], capture_output=True, text=True).stdout.split()])
-    _, err = sweep.communicate(timeout=900)
+        ["pgrep", "-f", "submitit.core._submit"], capture_output=True, text=True).stdout.split()], sweep)
+    err = _sweep_stderr(sweep, 900)
     assert sweep.returncode != 0
     assert err.strip().splitlines()[-1].startswith("error: a job of the sweep died")
     parent, kids = _children_and_parent(runs_in(store))
@@ -336,9 +353,9 @@ def test_joblib_a_killed_job_fails_alone(tmp_path):
     cmd = [sys.executable, "-m", "pipeline", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=3",
            "model=bcm_cnn", "dataset=digits", "backend=cpu", "progress=false", "epochs=30",
            f"tracking.dir={store}", "seed=1,2,3", f"hydra.sweep.dir={tmp_path}/multirun"]
-    sweep = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _kill_a_job_mid_run(store, 3, _joblib_job_processes)
-    _, err = sweep.communicate(timeout=900)
+    sweep = _sweep_process(cmd, tmp_path)
+    _kill_a_job_mid_run(store, 3, _joblib_job_processes, sweep)
+    err = _sweep_stderr(sweep, 900)
     assert sweep.returncode != 0
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: a job of the sweep died (JobDiedError: job #") and "SIGKILL" in last, last

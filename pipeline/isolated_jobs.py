@@ -26,11 +26,13 @@ log = logging.getLogger(__name__)
 
 
 def quiet_schema_warning() -> None:
-    """conf/hydra/launcher/joblib.yaml replaces the joblib plugin's config of the same name; Hydra
-    1.3 still checks it against the plugin's schema (which is what we want) and warns, in every
-    process that composes a job's config, that this matching is deprecated."""
+    """conf/hydra/launcher/joblib.yaml, submitit_local.yaml and submitit_slurm.yaml replace the
+    plugins' configs of the same names; Hydra 1.3 still checks each against the plugin's schema
+    (which is what we want) and warns, in every process that composes a job's config, that this
+    matching is deprecated."""
     import warnings
-    warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/joblib' is validated against ConfigStore schema")
+    warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/(joblib|submitit_local|submitit_slurm)' "
+                            r"is validated against ConfigStore schema")
 
 
 class JobDiedError(RuntimeError):

@@ -324,8 +324,54 @@ def test_a_killed_job_is_marked_and_the_others_finish(tmp_path):
     assert err.strip().splitlines()[-1].startswith("error: a job of the sweep died")
     parent, kids = _children_and_parent(runs_in(store))
     statuses = sorted(k.info.status for k in kids)
-    assert "RUNNING" not in statuses and statuses.count("FINISHED") == 2, statuses
+    assert "RUNNING" not in statuses and statuses.count("FINISHED") == 2, (statuses, err[-3000:])
     assert parent.info.status == "FAILED"
+
+
+@pytest.mark.parametrize("launcher,target", [("submitit_local", "WaitingLocalLauncher"),
+                                             ("slurm", "WaitingSlurmLauncher")])
+def test_submitit_launchers_let_every_job_end_before_reading_results(launcher, target):
+    """Hydra's submitit launcher raises at the first dead job while later ones still run (their runs
+    would be marked FAILED, then finish): the project's configs of the same names select launchers
+    that wait for every job; the plugin's other knobs stay."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from hydra import compose, initialize_config_dir
+    from pipeline.config import register_all
+    register_all()
+    with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
+        hc = compose(config_name="config", return_hydra_config=True, overrides=[f"hydra/launcher={launcher}"])
+    assert hc.hydra.launcher._target_ == f"hydra_plugins.pipeline_launchers.waiting_submitit.{target}"
+    assert hc.hydra.launcher.timeout_min == 60 and hc.hydra.launcher.tasks_per_node == 1
+
+
+def test_the_waiting_executor_waits_for_every_job_before_returning(monkeypatch):
+    """The launcher's executor returns its jobs only after each has ended (in any order)."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    import submitit
+    from hydra_plugins.pipeline_launchers import waiting_submitit
+    waited = []
+
+    class FakeJob:
+        def __init__(self, i):
+            self.i = i
+
+        def wait(self):
+            waited.append(self.i)
+
+    class FakeExecutor:
+        def __init__(self, *a, **k):
+            pass
+
+        def map_array(self, fn, *iterables):
+            return [FakeJob(i) for i in range(len(iterables[0]))]
+    monkeypatch.setattr(submitit, "AutoExecutor", FakeExecutor)
+
+    def launch(job_overrides, initial_job_idx):
+        jobs = submitit.AutoExecutor("folder").map_array(None, job_overrides)
+        assert waited == [0, 1, 2]          # every job ended before a result is read
+        return [j.i for j in jobs]
+    assert waiting_submitit._launch_and_wait(launch, [["a"], ["b"], ["c"]], 0) == [0, 1, 2]
+    assert submitit.AutoExecutor is FakeExecutor   # restored after the launch
 
 
 def _joblib_job_processes():
@@ -361,6 +407,6 @@ def test_joblib_a_killed_job_fails_alone(tmp_path):
     assert last.startswith("error: a job of the sweep died (JobDiedError: job #") and "SIGKILL" in last, last
     parent, kids = _children_and_parent(runs_in(store))
     statuses = sorted(k.info.status for k in kids)
-    assert "RUNNING" not in statuses and statuses.count("FINISHED") == 2 and statuses.count("FAILED") == 1, statuses
+    assert "RUNNING" not in statuses and statuses.count("FINISHED") == 2 and statuses.count("FAILED") == 1, (statuses, err[-3000:])
     assert parent.info.status == "FAILED"
     assert "TerminatedWorkerError" not in err

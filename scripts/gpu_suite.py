@@ -81,6 +81,24 @@ def suites(args) -> Dict[str, Any]:
         raise SystemExit(f"error: {e}")
 
 
+def pick(items: List[Any], spec: str) -> List[Any]:
+    """The items numbered in ``spec`` ("1,14-17": 1-based, as ``list`` and the suite files number
+    them; '' = all), in the file's order."""
+    if not spec.strip():
+        return list(items)
+    want = set()
+    for part in spec.split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            a, b = int(lo), int(hi or lo)
+        except ValueError:
+            raise SystemExit(f"error: run numbers {spec!r}: write numbers and ranges from 1, e.g. '1,14-17'")
+        if not 1 <= a <= b:
+            raise SystemExit(f"error: run numbers {spec!r}: a range {part.strip()!r} must go up from 1")
+        want.update(range(a, b + 1))
+    return [x for i, x in enumerate(items, 1) if i in want]
+
+
 def log(msg: str) -> None:
     print(f"[gpu_suite {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -192,7 +210,7 @@ def _read_runs(store: Path) -> List[Dict[str, Any]]:
 def part_bench(out: Path, args) -> Dict[str, Any]:
     store = Path(tempfile.mkdtemp(prefix="suite-mlflow-"))
     jobs = []
-    plan = [(name, ov) for name, s in suites(args).items() for ov in s.bench]
+    plan = [(name, ov) for name, s in suites(args).items() for ov in pick(s.bench, args.bench_pick)]
     if args.extra:   # explicit runs instead of the suite files' bench lists
         import shlex
         plan = [("extra", shlex.split(e)) for e in args.extra]
@@ -215,9 +233,7 @@ def part_bench(out: Path, args) -> Dict[str, Any]:
 def part_sanitize(out: Path, args) -> Dict[str, Any]:
     results = []
     for name, s in suites(args).items():
-        configs = list(s.sanitize)
-        if args.sanitize_pick:
-            configs = [configs[int(i)] for i in args.sanitize_pick.split(",") if int(i) < len(configs)]
+        configs = pick(s.sanitize, args.sanitize_pick)
         for overrides in configs[: args.sanitize_max or None]:
             for tool in ("memcheck", "racecheck"):
                 cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "20", sys.executable, "-m", "pipeline",
@@ -803,8 +819,10 @@ def main() -> None:
     r.add_argument("--bench-timeout", type=int, default=240)
     r.add_argument("--sanitize-timeout", type=int, default=240)
     r.add_argument("--sanitize-max", type=int, default=0, help="at most this many sanitize runs a suite (0: all)")
+    r.add_argument("--bench-pick", default="",
+                   help="run only these of each suite's bench list, numbered from 1 as `list` prints them: '1,14-17'")
     r.add_argument("--sanitize-pick", default="",
-                   help="comma-separated indices into each suite's sanitize list (default: all)")
+                   help="run only these of each suite's sanitize list, numbered from 1 as `list` prints them")
     r.add_argument("--extra", action="append", default=[],
                    help="benchmark these overrides (a quoted string, repeatable) instead of the suites' bench lists")
     r.add_argument("--tag", default="", help="suffix for the JSON file names (after the part); records tagged "
@@ -830,8 +848,8 @@ def main() -> None:
         a.models = [m for m in a.models.split(",") if m]
         for name, s in suites(a).items():
             for part in ("bench", "sanitize"):
-                for ov in getattr(s, part):
-                    print(f"{name} {part}: python -m pipeline {' '.join(ov)}")
+                for i, ov in enumerate(getattr(s, part), 1):
+                    print(f"{name} {part} {i}: python -m pipeline {' '.join(ov)}")
         return
     if a.cmd == "rename":
         for f in map(Path, a.files):

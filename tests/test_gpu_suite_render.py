@@ -233,3 +233,15 @@ def test_doc_tables_are_generated_from_their_records(tmp_path):
     assert edited.read_text() != text
     assert suite.doc_tables([edited]) == [f"{edited}:{start + 1}"]
     assert suite.doc_tables([edited], update=True) and edited.read_text() == text
+
+
+def test_pick_takes_runs_by_their_listed_numbers():
+    gs = _suite()
+    runs = [f"run{i}" for i in range(1, 18)]
+    assert gs.pick(runs, "") == runs
+    assert gs.pick(runs, "1,14-17") == ["run1", "run14", "run15", "run16", "run17"]
+    assert gs.pick(runs, "3, 2") == ["run2", "run3"]              # the file's order
+    assert gs.pick(runs, "18") == []
+    for bad in ("0", "5-3", "a", "1,,2"):
+        with pytest.raises(SystemExit, match="run numbers"):
+            gs.pick(runs, bad)

@@ -56,21 +56,30 @@ def setup(tcfg) -> str:
         check_server(uri)
         mlflow.set_tracking_uri(uri)
         return uri
-    from filelock import FileLock, Timeout
     d = store_dir(tcfg)
     d.mkdir(parents=True, exist_ok=True)
     (d / "mlartifacts").mkdir(exist_ok=True)
-    uri = store_uri(tcfg)
-    lock = FileLock(str(d / "mlflow.db.lock"))
+    uri = ready_store(d)
+    mlflow.set_tracking_uri(uri)
+    return uri
+
+
+def ready_store(d: Path) -> str:
+    """The URI of the SQLite store in folder ``d``, created and migrated under the store's file lock.
+    Anything that opens a store another process may be creating (a sweep's jobs, a reader polling
+    a running sweep) goes through here: MLflow migrates a store it opens, and two migrations at once
+    fail ("table _alembic_tmp_... already exists")."""
+    from filelock import FileLock, Timeout
+    from mlflow.tracking import MlflowClient
+    uri = f"sqlite:///{Path(d) / 'mlflow.db'}"
+    lock = FileLock(str(Path(d) / "mlflow.db.lock"))
     try:
         with lock.acquire(timeout=LOCK_TIMEOUT_S):
-            from mlflow.tracking import MlflowClient
             MlflowClient(uri).search_experiments(max_results=1)   # creates and migrates the store
     except Timeout:
-        raise PipelineError(f"tracking store {d / 'mlflow.db'} is locked by another process for more than "
+        raise PipelineError(f"tracking store {Path(d) / 'mlflow.db'} is locked by another process for more than "
                             f"{LOCK_TIMEOUT_S:.0f} s (lock file {lock.lock_file}); wait, or remove the lock "
                             "file if no run is active") from None
-    mlflow.set_tracking_uri(uri)
     return uri
 
 

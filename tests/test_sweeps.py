@@ -39,8 +39,10 @@ def run_cli(args, tmp_path, timeout=900):
 
 
 def runs_in(store: Path):
+    """The runs of the store, opened as the pipeline opens it (under its lock: a sweep may be creating it)."""
     from mlflow.tracking import MlflowClient
-    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    from pipeline.tracking import ready_store
+    client = MlflowClient(ready_store(store))
     return client.search_runs([e.experiment_id for e in client.search_experiments()])
 
 

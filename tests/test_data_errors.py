@@ -83,3 +83,65 @@ def test_mnist_load_wrong_content(tmp_path, images, labels, culprit, words):
 def test_mnist_empty_file(tmp_path):
     load, d = _mnist(tmp_path, b"", LABS)
     raises(load, d / "t10k-images-idx3-ubyte", "the file is empty")
+
+
+# ------------------------------------------------------------------------------------ CIFAR-10
+
+def _jpeg() -> np.ndarray:
+    import io
+    from PIL import Image
+    b = io.BytesIO()
+    Image.fromarray(np.full((32, 32, 3), 90, np.uint8)).save(b, "JPEG")
+    return np.frombuffer(b.getvalue(), np.uint8)
+
+
+def _pack(path: Path, **over) -> Path:
+    jb = _jpeg()
+    arrays = {"jpeg": np.concatenate([jb, jb]), "offsets": np.array([0, jb.size, 2 * jb.size]),
+              "labels": np.array([3, 7], np.uint8), **over}
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    return path
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"labels": np.array([3, -1])}, ["image 1 has label -1", "0..9"]),          # was 255 after astype
+    ({"labels": np.array([3.0, 7.5])}, ["labels", "float64", "integer"]),         # was truncated to 7
+    ({"labels": np.array([[3], [7]])}, ["labels", "(2, 1)"]),
+    ({"labels": np.array(3)}, ["labels", "shape ()"]),                            # was an IndexError
+    ({"labels": np.zeros(0, np.uint8), "offsets": np.array([0]), "jpeg": np.zeros(0, np.uint8)}, ["no images"]),
+], ids=["negative-label", "float-labels", "2d-labels", "0d-labels", "no-images"])
+def test_cifar_pack_wrong_arrays(tmp_path, over, words):
+    p = _pack(tmp_path / "pack.npz", **over)
+    from pipeline.data import cifar10
+    raises(lambda: cifar10.decode(p), p, *words)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "npy"])
+def test_cifar_pack_damaged_file(tmp_path, damage):
+    from pipeline.data import cifar10
+    p = _pack(tmp_path / "pack.npz")
+    raw = p.read_bytes()
+    if damage == "truncate":
+        p.write_bytes(raw[:len(raw) // 2])                      # was zipfile.BadZipFile
+    elif damage == "flip":
+        b = bytearray(raw)
+        b[100] ^= 0xFF                                          # inside jpeg.npy: a bad CRC-32
+        p.write_bytes(bytes(b))
+    else:
+        np.save(tmp_path / "x.npy", np.zeros(3))                # was a TypeError
+        (tmp_path / "x.npy").replace(p)
+    raises(lambda: cifar10.decode(p), p, "CIFAR-10", "fetch")
+
+
+def test_cifar_bad_pack_caches_nothing_and_the_fixed_one_loads(tmp_path):
+    from pipeline.data import cifar10
+    d = tmp_path / "data" / cifar10.JPEG
+    d.mkdir(parents=True)
+    cfg = OmegaConf.create({"data_dir": str(tmp_path / "data"), "cache_dir": str(tmp_path / "cache")})
+    p = _pack(d / cifar10.FILES["test"], labels=np.array([3, -1]))
+    raises(lambda: cifar10.load(cfg, "test"), p, "label -1")
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+    _pack(p)
+    x, y = cifar10.load(cfg, "test")
+    assert x.shape == (2, 32, 32, 3) and y.tolist() == [3, 7]

@@ -145,3 +145,95 @@ def test_cifar_bad_pack_caches_nothing_and_the_fixed_one_loads(tmp_path):
     _pack(p)
     x, y = cifar10.load(cfg, "test")
     assert x.shape == (2, 32, 32, 3) and y.tolist() == [3, 7]
+
+
+# ------------------------------------------------------------------------------------ HPEC
+
+FULL4 = "".join(f"{i}\t{i}\t0.5\n" for i in range(1, 5))      # a complete N=4 layer
+
+
+def test_hpec_layer_value_beyond_float32(tmp_path):
+    from pipeline.data import hpec
+    p = tmp_path / "n4-l1.tsv"
+    p.write_text(FULL4 + "1\t2\t1e39\n")                       # was inf in float32, silently
+    raises(lambda: hpec.read_layer_tsv(p, 4), f"{p}:5:", "'1e39'", "float32")
+
+
+def test_hpec_images_duplicate_pixel(tmp_path):
+    from pipeline.data import hpec
+    p = tmp_path / "sparse-images-4.tsv"
+    p.write_text("1\t1\t1\n2\t3\t1\n1\t1\t1\n")                # was summed into a 2, silently
+    raises(lambda: hpec.read_images_tsv(p, 4), f"{p}:3:", "duplicate entry (1, 1)")
+
+
+def test_hpec_images_prefix(tmp_path):
+    from pipeline.data import hpec
+    p = tmp_path / "sparse-images-4.tsv"
+    p.write_text("1\t1\t1\n3\t2\t1\n2\t4\t1\n")
+    assert hpec.read_images_tsv(p, 4).toarray().tolist() == [[1, 0, 0, 0], [0, 0, 0, 1], [0, 1, 0, 0]]
+    assert hpec.read_images_tsv(p, 4, 2).toarray().tolist() == [[1, 0, 0, 0], [0, 0, 0, 1]]
+    assert hpec.read_images_tsv(p, 4, 4).shape == (4, 4)
+
+
+def test_hpec_tsv_broken_layer_caches_nothing(tmp_path):
+    from pipeline.data import hpec
+    d, cache = tmp_path / "tsv", tmp_path / "cache"
+    d.mkdir()
+    (d / "n4-l1.tsv").write_text(FULL4 + "2\t3\t1e39\n")
+    (d / "sparse-images-4.tsv").write_text("1\t1\t1\n2\t3\t1\n")
+    raises(lambda: hpec.load_tsv(d, 4, 1, cache_dir=str(cache)), d / "n4-l1.tsv")
+    assert not cache.exists() or not any(cache.iterdir())
+    (d / "n4-l1.tsv").write_text(FULL4 + "2\t3\t7\n")
+    net = hpec.load_tsv(d, 4, 1, cache_dir=str(cache))
+    assert net.layers[0][1, 2] == 7
+
+
+HPEC_NPZ = Path(__file__).resolve().parents[1] / "data" / "hpec-1024"
+
+
+def _hpec_arrays():
+    from pipeline.data import hpec
+    if not (HPEC_NPZ / "weights.npz").is_file():
+        pytest.skip(f"the packaged subset is not in {HPEC_NPZ}")
+    return {f: hpec._npz(HPEC_NPZ / f) for f in ("weights.npz", "inputs.npz", "categories.npz")}
+
+
+def _flat_set(a: np.ndarray, i: int, v) -> np.ndarray:
+    a = a.copy()
+    a.reshape(-1)[i] = v
+    return a
+
+
+@pytest.mark.parametrize("file, change, words", [
+    ("inputs.npz", lambda a: a.pop("shape"), ["key 'shape' is missing"]),                      # was KeyError
+    ("categories.npz", lambda a: a.pop("subset"), ["key 'subset' is missing"]),
+    ("inputs.npz", lambda a: a.update(image=a["image"] + 5000), ["image 5000", "outside 0..1199"]),  # was ValueError
+    ("inputs.npz", lambda a: a.update(pixel=_flat_set(a["pixel"], 7, -1)), ["entry 7 has pixel -1"]),
+    ("inputs.npz", lambda a: a.update(val=_flat_set(a["val"], 3, np.nan)), ["'val' holds nan"]),
+    ("weights.npz", lambda a: a.update(val=_flat_set(a["val"], 3, np.inf)), ["'val' holds inf"]),
+    ("weights.npz", lambda a: a.update(bias=np.array(np.nan)), ["'bias' holds nan"]),
+    ("inputs.npz", lambda a: a.update(val=a["val"][:-1]), ["lengths", "differ"]),
+    ("inputs.npz", lambda a: a.update(shape=np.array([1200])), ["'shape' is [1200]"]),          # was IndexError
+    ("weights.npz", lambda a: a.update(N=np.array([1024, 2])), ["'N'", "0-d integer"]),         # was TypeError
+    ("weights.npz", lambda a: a.update(L=np.array(0), row=a["row"][:0], col=a["col"][:0], val=a["val"][:0]),
+     ["L=0 layers"]),                                                                           # was 0 layers
+    ("weights.npz", lambda a: a.update(col=_flat_set(a["col"], 1, a["col"][0, 0]), row=_flat_set(a["row"], 1, a["row"][0, 0])),
+     ["layer 1 entry 1: duplicate entry"]),                                                     # was summed
+    ("categories.npz", lambda a: a.update(subset=a["subset"] + 5000), ["'subset' entry 0"]),     # was kept
+    ("categories.npz", lambda a: a.update(subset=a["subset"] + 0.5), ["'subset'", "float64"]),
+], ids=["no-shape", "no-subset", "image-range", "pixel-negative", "inputs-nan", "weights-inf", "bias-nan",
+        "lengths", "shape-1d", "N-array", "no-layers", "duplicate", "subset-range", "subset-float"])
+def test_hpec_npz_malformed(tmp_path, file, change, words):
+    from pipeline.data import hpec
+    arrays = _hpec_arrays()
+    change(arrays[file])
+    for f, a in arrays.items():
+        with open(tmp_path / f, "wb") as fh:
+            np.savez(fh, **a)
+    raises(lambda: hpec.load_npz(tmp_path, L=1 if file != "categories.npz" else 0), tmp_path / file, *words)
+
+
+def test_hpec_npz_directory_for_a_file(tmp_path):
+    from pipeline.data import hpec
+    (tmp_path / "weights.npz").mkdir()
+    raises(lambda: hpec.load_npz(tmp_path), tmp_path / "weights.npz", "is a directory")

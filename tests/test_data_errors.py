@@ -237,3 +237,26 @@ def test_hpec_npz_directory_for_a_file(tmp_path):
     from pipeline.data import hpec
     (tmp_path / "weights.npz").mkdir()
     raises(lambda: hpec.load_npz(tmp_path), tmp_path / "weights.npz", "is a directory")
+
+
+# ------------------------------------------------------------------------------------ svmlight
+
+@pytest.mark.parametrize("name, data, words", [
+    ("a.gz", b"1 1:1\n", ["cannot be read", "Not a gzipped file"]),                     # was BadGzipFile
+    ("a.gz", gzip.compress(b"1 1:1 2:1\n" * 5000)[:-30], ["cannot be read", "EOFError"]),  # was EOFError
+    ("a.gz", corrupt_gzip(b"1 1:1 2:1\n" * 5000), ["cannot be read"]),                    # was zlib.error
+    ("a", b"1 1:1\n0 2:1e39\n", [":2:", "'1e39'", "float32"]),                           # had no line
+    ("a", b"1 1:1\n0 3000000000:1\n", [":2:", "3000000000", "int32"]),                    # had no line
+    ("a", b"", ["no samples"]),                                                          # was 0 rows
+    ("a", b"# only a comment\n", ["no samples"]),
+], ids=["not-gzip", "truncated-gzip", "damaged-gzip", "float32", "int32-id", "empty", "comments-only"])
+def test_svmlight_malformed(tmp_path, name, data, words):
+    from pipeline.data import svmlight
+    p = tmp_path / name
+    p.write_bytes(data)
+    raises(lambda: svmlight.load(p), p, *words)
+
+
+def test_svmlight_directory(tmp_path):
+    from pipeline.data import svmlight
+    raises(lambda: svmlight.load(tmp_path), tmp_path, "is a directory")

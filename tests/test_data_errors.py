@@ -260,3 +260,61 @@ def test_svmlight_malformed(tmp_path, name, data, words):
 def test_svmlight_directory(tmp_path):
     from pipeline.data import svmlight
     raises(lambda: svmlight.load(tmp_path), tmp_path, "is a directory")
+
+
+# ------------------------------------------------------------------------------------ click logs
+
+AVAZU_ROW = ("1,{click},14102100,1005,0,1fbe01fe,f3845767,28905ebd,ecad2386,7801e8d9,07d7df22,a99f214a,ddd2926e,"
+             "44956a24,1,2,15706,320,50,1722,0,35,-1,79")
+
+
+def _avazu(path: Path, rows) -> Path:
+    from pipeline.data import ctr
+    path.write_text(",".join(ctr.AVAZU_COLUMNS) + "\n" + "".join(AVAZU_ROW.format(click=c) + "\n" for c in rows))
+    return path
+
+
+@pytest.mark.parametrize("fmt, text, words", [
+    ("criteo", "", ["no rows", "the file is empty", "40 tab-separated"]),       # was 0 rows
+    ("criteo", "\n\n", ["no rows"]),
+    ("avazu", None, ["no rows after the header", "24 comma-separated"]),
+], ids=["criteo-empty", "criteo-blank-lines", "avazu-header-only"])
+def test_click_log_without_rows(tmp_path, fmt, text, words):
+    from pipeline.data import ctr
+    p = tmp_path / "train"
+    if text is None:
+        _avazu(p, [])
+    else:
+        p.write_text(text)
+    raises(lambda: ctr.read(p, ctr.layout_of({"format": fmt}), 1000), p, *words)
+
+
+def test_click_log_directory(tmp_path):
+    from pipeline.data import ctr
+    raises(lambda: ctr.read(tmp_path, ctr.layout_of({"format": "criteo"}), 1000), tmp_path, "is a directory")
+
+
+def test_cli_click_log_without_rows_then_fixed(cli, tmp_path):
+    """At the CLI: `error: <file>: ...`, exit 2, no traceback, no cache entry; the fixed file runs."""
+    f = _avazu(tmp_path / "train.csv", [])
+    cache = tmp_path / "cache"
+    args = ("model=wide_lr", "dataset=avazu", f"dataset.path={f}", "epochs=1", "backend=cpu", f"cache_dir={cache}")
+    r = cli(*args, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    err = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+    assert err == [f"error: {f}: no rows after the header; expected 24 comma-separated fields a line "
+                   f"(avazu click log)"], r.stderr                  # was: the training split is empty (no file)
+    assert "Traceback" not in r.stderr
+    assert not cache.exists() or not any(p.name.startswith("wide-") for p in cache.iterdir())
+    _avazu(f, [int(i % 3 == 0) for i in range(200)])
+    r = cli(*args, timeout=120)
+    assert r.returncode == 0 and "180 train / 20 val rows" in r.stdout, r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------------------------ XMLRepo
+
+def test_xc_damaged_gzip(tmp_path):
+    from pipeline.data import xc
+    p = tmp_path / "train.txt"
+    p.write_bytes(corrupt_gzip(b"3 5 2\n0 1:1\n1 2:1\n 3:1\n"))          # was zlib.error
+    raises(lambda: xc.read_xc(p), p, "cannot be read")

@@ -389,7 +389,8 @@ def read(path, lay: Layout, n_features: int = N_FEATURES, rows: int = 0, progres
     the first that many samples only."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: no such file ({lay.format} click log)")
+        raise DataError(f"{path}: {'is a directory, expected a file' if path.is_dir() else 'no such file'} "
+                        f"({lay.format} click log)")
     split = _splitter(lay)
     plan = Plan(lay, lay.columns) if lay.columns and not lay.header else None
     chunks = _Chunks(lay, plan, n_features, path) if plan else None
@@ -431,6 +432,10 @@ def read(path, lay: Layout, n_features: int = N_FEATURES, rows: int = 0, progres
             chunks_ = chunks
             if chunks_ is None:
                 raise DataError(f"{path}: empty file, expected a header line (dataset.layout.header=true)")
+            if n == 0:
+                raise DataError(f"{path}: no rows{' after the header' if lay.header else ' (the file is empty)'}; "
+                                f"expected {len(chunks_.plan.names)} {sepword}-separated fields a line "
+                                f"({lay.format} click log)")
             chunks_.add(buf, lines)
     except (OSError, EOFError, zlib.error) as e:
         raise DataError(f"{path}: unreadable ({e})") from None

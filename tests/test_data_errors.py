@@ -318,3 +318,21 @@ def test_xc_damaged_gzip(tmp_path):
     p = tmp_path / "train.txt"
     p.write_bytes(corrupt_gzip(b"3 5 2\n0 1:1\n1 2:1\n 3:1\n"))          # was zlib.error
     raises(lambda: xc.read_xc(p), p, "cannot be read")
+
+
+# ------------------------------------------------------------------------------------ fetch
+
+@pytest.mark.parametrize("where", ["data_dir", "target"])
+def test_fetch_into_a_file(tmp_path, capsys, where):
+    from pipeline.data import fetch
+    data_dir = tmp_path / "data"
+    if where == "data_dir":
+        data_dir.write_text("x")                        # was a FileExistsError traceback
+        culprit = data_dir
+    else:
+        data_dir.mkdir()
+        culprit = data_dir / "mnist"
+        culprit.write_text("x")
+    rc = fetch.main(["mnist", "--data-dir", str(data_dir), "--mirror", (tmp_path / "mirror").as_uri()])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"error: {culprit}: cannot be a data folder") and err.count("\n") == 1, err

@@ -274,19 +274,31 @@ def _avazu(path: Path, rows) -> Path:
     return path
 
 
-@pytest.mark.parametrize("fmt, text, words", [
-    ("criteo", "", ["no rows", "the file is empty", "40 tab-separated"]),       # was 0 rows
-    ("criteo", "\n\n", ["no rows"]),
-    ("avazu", None, ["no rows after the header", "24 comma-separated"]),
-], ids=["criteo-empty", "criteo-blank-lines", "avazu-header-only"])
-def test_click_log_without_rows(tmp_path, fmt, text, words):
+CRITEO_ROWS = Path(__file__).resolve().parents[1] / "data" / "criteo-10k" / "criteo_train_8000.tsv.gz"
+
+
+@pytest.mark.parametrize("which", ["val-empty", "val-blank-lines", "train-empty"])
+def test_criteo_split_without_rows(compose, tmp_path, which):
+    if not CRITEO_ROWS.is_file():
+        pytest.skip(f"no {CRITEO_ROWS}")
     from pipeline.data import ctr
-    p = tmp_path / "train"
-    if text is None:
-        _avazu(p, [])
-    else:
-        p.write_text(text)
-    raises(lambda: ctr.read(p, ctr.layout_of({"format": fmt}), 1000), p, *words)
+    d = tmp_path / "data" / "criteo-10k"
+    d.mkdir(parents=True)
+    good = b"".join(gzip.open(CRITEO_ROWS).readlines()[:40])
+    tr, va = d / "criteo_train_8000.tsv.gz", d / "criteo_test_2000.tsv.gz"
+    tr.write_bytes(gzip.compress(b"" if which == "train-empty" else good))
+    va.write_bytes(gzip.compress(b"\n\n" if which == "val-blank-lines" else b"" if which == "val-empty" else good))
+    cfg = compose(["model=wide_lr", "dataset=criteo10k", f"data_dir={tmp_path / 'data'}",
+                   f"cache_dir={tmp_path / 'cache'}"])
+    culprit = tr if which == "train-empty" else va
+    raises(ctr.source(cfg, "full")[1], culprit, "no rows (the file is empty)", "dataset 'criteo10k'")   # was 0 rows
+
+
+def test_avazu_header_only(compose, tmp_path):
+    from pipeline.data import ctr
+    f = _avazu(tmp_path / "train.csv", [])
+    cfg = compose(["model=wide_lr", "dataset=avazu", f"dataset.path={f}", f"cache_dir={tmp_path / 'cache'}"])
+    raises(ctr.source(cfg, "full")[1], f, "no rows after the header")
 
 
 def test_click_log_directory(tmp_path):
@@ -302,8 +314,8 @@ def test_cli_click_log_without_rows_then_fixed(cli, tmp_path):
     r = cli(*args, timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr
     err = [l for l in r.stderr.splitlines() if l.startswith("error:")]
-    assert err == [f"error: {f}: no rows after the header; expected 24 comma-separated fields a line "
-                   f"(avazu click log)"], r.stderr                  # was: the training split is empty (no file)
+    assert err == [f"error: {f}: no rows after the header: the avazu click log of dataset 'avazu' needs at "
+                   f"least one sample line"], r.stderr              # was: the training split is empty (no file)
     assert "Traceback" not in r.stderr
     assert not cache.exists() or not any(p.name.startswith("wide-") for p in cache.iterdir())
     _avazu(f, [int(i % 3 == 0) for i in range(200)])

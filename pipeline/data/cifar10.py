@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import io
+import zipfile
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -52,16 +53,28 @@ def decode(path: Path) -> Tuple[np.ndarray, np.ndarray]:
         from PIL import Image
     except ImportError as e:   # pragma: no cover - Pillow is a dependency of matplotlib
         raise DataError(f"{path}: decoding CIFAR-10 JPEGs needs Pillow (pip install pillow)") from e
+    if not zipfile.is_zipfile(path):     # truncated, a .npy or pickle renamed, not a pack at all
+        raise DataError(f"{path}: not an .npz (zip) archive: damaged or not a CIFAR-10 JPEG pack; see the CIFAR-10 "
+                        f"SOURCE.md for the two .npz files, or fetch the official archive with: {FETCH}")
     try:
         with np.load(path, allow_pickle=False) as z:
             jpeg, offsets, labels = z["jpeg"], z["offsets"], z["labels"]
-    except (OSError, KeyError, ValueError) as e:
-        raise DataError(f"{path}: not a CIFAR-10 JPEG pack with arrays jpeg/offsets/labels ({e})") from e
+    except Exception as e:  # noqa: BLE001 - zipfile (a bad CRC), format or missing-key errors
+        raise DataError(f"{path}: not a CIFAR-10 JPEG pack with arrays jpeg/offsets/labels ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else ''}); see the CIFAR-10 SOURCE.md or fetch the "
+                        f"official archive with: {FETCH}") from e
+    for name, a, kinds in (("jpeg", jpeg, "u"), ("offsets", offsets, "iu"), ("labels", labels, "iu")):
+        if a.ndim != 1 or a.dtype.kind not in kinds or (name == "jpeg" and a.dtype.itemsize != 1):
+            raise DataError(f"{path}: array {name} is {a.dtype} of shape {a.shape}, expected a 1-d "
+                            f"{'uint8' if name == 'jpeg' else 'integer'} array")
     n = labels.shape[0]
+    if n == 0:
+        raise DataError(f"{path}: holds no images; see the CIFAR-10 SOURCE.md or fetch the official archive with: {FETCH}")
     if offsets.shape != (n + 1,) or offsets[0] != 0 or offsets[-1] != jpeg.shape[0] or np.any(np.diff(offsets) <= 0):
         raise DataError(f"{path}: offsets ({offsets.shape[0]}) do not describe {n} images in {jpeg.shape[0]} bytes")
-    if labels.size and int(labels.max()) >= len(CLASSES):
-        raise DataError(f"{path}: label {int(labels.max())} out of range 0..9")
+    bad = np.flatnonzero((labels < 0) | (labels >= len(CLASSES)))
+    if bad.size:
+        raise DataError(f"{path}: image {int(bad[0])} has label {int(labels[bad[0]])}, expected 0..9")
     images = np.empty((n, 32, 32, 3), np.uint8)
     buf = jpeg.tobytes()
     for i in range(n):

@@ -389,7 +389,8 @@ def read(path, lay: Layout, n_features: int = N_FEATURES, rows: int = 0, progres
     the first that many samples only."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: no such file ({lay.format} click log)")
+        raise DataError(f"{path}: {'is a directory, expected a file' if path.is_dir() else 'no such file'} "
+                        f"({lay.format} click log)")
     split = _splitter(lay)
     plan = Plan(lay, lay.columns) if lay.columns and not lay.header else None
     chunks = _Chunks(lay, plan, n_features, path) if plan else None
@@ -524,12 +525,19 @@ def source(cfg, size: str):
     progress = bool(cfg.get("progress", False))
     cache_dir = str(cfg.cache_dir)
 
+    def rows_of(f: Path, rows: int):
+        X, y = read(f, lay, feats, rows, progress)
+        if X.shape[0] == 0:                      # a split of a dataset needs rows
+            raise DataError(f"{f}: no rows{' after the header' if lay.header else ' (the file is empty)'}: the "
+                            f"{lay.format} click log of dataset '{d.name}' needs at least one sample line")
+        return X, y
+
     def parsed(f: Path, rows: int):
         def build():
-            X, y = read(f, lay, feats, rows, progress)
+            X, y = rows_of(f, rows)
             return {"indptr": X.indptr.astype(np.int64), "indices": X.indices.astype(np.int32), "y": y}
         if f.stat().st_size <= PARSE_CACHE_BYTES:
-            return read(f, lay, feats, rows, progress)
+            return rows_of(f, rows)
         from pipeline.data.cache import cached_arrays
         import scipy.sparse as sp
         a = cached_arrays(cache_dir, f"ctr-{d.name}", {"v": 1, "file": _file_id(f), "layout": lay.ident(),

@@ -26,6 +26,7 @@ BIAS = {1024: -0.30, 4096: -0.35, 16384: -0.40, 65536: -0.45}
 # Known lengths of the official golden files (counted in the challenge's files).
 GOLDEN_COUNT = {(1024, 120): 1812}
 YMAX = 32.0
+F32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass
@@ -73,6 +74,8 @@ def _bad_line(path: Path, lines: Sequence[str], ncols: int, kinds: str) -> DataE
                 return DataError(f"{path}:{i}: field {j + 1} {p!r} is not an integer index ({kinds})")
             if not np.isfinite(v):
                 return DataError(f"{path}:{i}: field {j + 1} {p!r} is not finite ({kinds})")
+            if j >= 2 and abs(v) > F32_MAX:
+                return DataError(f"{path}:{i}: field {j + 1} {p!r} does not fit in float32 ({kinds})")
     return DataError(f"{path}: cannot be parsed as {ncols} columns ({kinds})")
 
 
@@ -103,7 +106,7 @@ def read_table(path, ncols: int, kinds: str) -> np.ndarray:
         if not np.all(np.isfinite(tab)):
             raise _bad_line(path, lines, ncols, kinds)
         idx = tab[:, : min(2, ncols)]
-        if not np.all(idx == np.floor(idx)):
+        if not np.all(idx == np.floor(idx)) or np.any(np.abs(tab[:, 2:]) > F32_MAX):
             raise _bad_line(path, lines, ncols, kinds)
         return tab
     raise _bad_line(path, lines, ncols, kinds)
@@ -114,6 +117,17 @@ def _check_range(path: Path, tab: np.ndarray, col: int, lo: int, hi: int, what: 
     if bad.size:
         i = int(bad[0])
         raise DataError(f"{path}:{i + 1}: {what} {int(tab[i, col])} is out of range {lo}..{hi}")
+
+
+def _check_unique(path: Path, r: np.ndarray, c: np.ndarray, width: int, where: str = "") -> None:
+    """DataError at the first repeated (r, c) pair (0-based): at its line, reported 1-based as the
+    TSV files are, or (``where``, an npz) at its entry, reported 0-based as the npz files are."""
+    key = r * width + c
+    if np.unique(key).size != key.size:
+        _, first = np.unique(key, return_index=True)
+        dup = int(np.setdiff1d(np.arange(key.size), first)[0])
+        at, o = (f"{path}: {where} entry {dup}", 0) if where else (f"{path}:{dup + 1}", 1)
+        raise DataError(f"{at}: duplicate entry ({r[dup] + o}, {c[dup] + o}); each pair may appear once")
 
 
 def read_layer_tsv(path, N: int) -> sp.csr_matrix:
@@ -132,11 +146,7 @@ def read_layer_tsv(path, N: int) -> sp.csr_matrix:
                         f"from N; set dataset.neurons to the network's size")
     r = tab[:, 0].astype(np.int64) - 1
     c = tab[:, 1].astype(np.int64) - 1
-    key = r * N + c
-    if np.unique(key).size != key.size:
-        _, first = np.unique(key, return_index=True)
-        dup = np.setdiff1d(np.arange(key.size), first)[0]
-        raise DataError(f"{path}:{dup + 1}: duplicate entry ({r[dup] + 1}, {c[dup] + 1})")
+    _check_unique(path, r, c, N)
     W = sp.csr_matrix((tab[:, 2].astype(np.float32), (r, c)), shape=(N, N), dtype=np.float32)
     W.sort_indices()
     return W
@@ -149,14 +159,13 @@ def read_images_tsv(path, N: int, images: int = 0) -> sp.csr_matrix:
     n_img = int(tab[:, 0].max())
     _check_range(path, tab, 0, 1, 1 << 31, "image index")
     _check_range(path, tab, 1, 1, N, "pixel (neuron) index")
+    r, c = tab[:, 0].astype(np.int64) - 1, tab[:, 1].astype(np.int64) - 1
+    Y0 = sp.csr_matrix((tab[:, 2].astype(np.float32), (r, c)), shape=(n_img, N), dtype=np.float32)
+    if Y0.nnz != len(tab):                       # the conversion merged a repeated (image, pixel)
+        _check_unique(path, r, c, N)
     if images:
-        keep = tab[:, 0] <= images
-        tab = tab[keep]
-        n_img = images
-    Y0 = sp.csr_matrix((tab[:, 2].astype(np.float32), (tab[:, 0].astype(np.int64) - 1,
-                                                        tab[:, 1].astype(np.int64) - 1)),
-                       shape=(n_img, N), dtype=np.float32)
-    Y0.sum_duplicates()
+        Y0.resize((images, N))                   # the first ``images`` rows (empty rows past the file's)
+    Y0.sort_indices()
     return Y0
 
 
@@ -236,51 +245,96 @@ def load_tsv(folder, N: int, L: int, images: int = 0, bias: Optional[float] = No
 
 # ------------------------------------------------------------------------------ packaged npz
 
+SOURCE = "see data/hpec-1024/SOURCE.md"
+# the arrays of each packaged file: key -> (dimensions, dtype kinds)
+NPZ_KEYS = {"weights.npz": {"row": (2, "iu"), "col": (2, "iu"), "val": (2, "f"), "N": (0, "iu"), "L": (0, "iu"),
+                            "bias": (0, "fiu")},
+            "inputs.npz": {"image": (1, "iu"), "pixel": (1, "iu"), "val": (1, "f"), "shape": (1, "iu")},
+            "categories.npz": {"subset": (1, "iu"), "full": (1, "iu"), "n_images_subset": (0, "iu")}}
+_KINDS = {"iu": "integer", "f": "float", "fiu": "number"}
+
+
 def _npz(path: Path) -> Dict[str, np.ndarray]:
+    """The arrays of one packaged file, each key of :data:`NPZ_KEYS` present with its dimensions and type."""
     if not path.is_file():
-        raise DataError(f"{path}: missing (see data/hpec-1024/SOURCE.md)")
+        raise DataError(f"{path}: {'is a directory, expected a file' if path.is_dir() else 'missing'} ({SOURCE})")
     try:
         with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+            a = {k: z[k] for k in z.files}
     except Exception as e:   # zipfile / format errors
-        raise DataError(f"{path}: not a readable npz ({type(e).__name__}: {e})") from e
+        raise DataError(f"{path}: not a readable npz ({type(e).__name__}: {e}) ({SOURCE})") from e
+    for key, (ndim, kinds) in NPZ_KEYS.get(path.name, {}).items():
+        if key not in a:
+            raise DataError(f"{path}: key '{key}' is missing ({SOURCE})")
+        if a[key].ndim != ndim or a[key].dtype.kind not in kinds:
+            raise DataError(f"{path}: '{key}' is {a[key].dtype} of shape {a[key].shape}, expected a {ndim}-d "
+                            f"{_KINDS[kinds]} array ({SOURCE})")
+    return a
+
+
+def _check_finite(path: Path, key: str, a: np.ndarray) -> None:
+    bad = np.flatnonzero(~np.isfinite(np.ravel(a)))
+    if bad.size:
+        raise DataError(f"{path}: '{key}' holds {np.ravel(a)[bad[0]]} at flat index {int(bad[0])}; values must be "
+                        f"finite ({SOURCE})")
 
 
 def load_npz(folder, L: int = 0, images: int = 0, bias: Optional[float] = None,
              ymax: Optional[float] = None) -> Network:
     """The packaged official subset (data/hpec-1024): 120 layers, 1200 images, golden subset."""
     folder = Path(folder)
-    w, x, g = (_npz(folder / f) for f in ("weights.npz", "inputs.npz", "categories.npz"))
-    for key in ("row", "col", "val", "N", "L", "bias"):
-        if key not in w:
-            raise DataError(f"{folder / 'weights.npz'}: key '{key}' is missing")
+    fw, fx, fg = (folder / f for f in ("weights.npz", "inputs.npz", "categories.npz"))
+    w, x, g = (_npz(f) for f in (fw, fx, fg))
     N, L_all = int(w["N"]), int(w["L"])
+    if N < 1 or L_all < 1:
+        raise DataError(f"{fw}: declares N={N} neurons and L={L_all} layers; both must be >= 1 ({SOURCE})")
     L = L or L_all
     if L > L_all:
-        raise DataError(f"{folder / 'weights.npz'}: holds {L_all} layers, dataset.layers={L} asks for more")
+        raise DataError(f"{fw}: holds {L_all} layers, dataset.layers={L} asks for more")
     if w["row"].shape[0] != L_all or w["row"].shape != w["col"].shape or w["row"].shape != w["val"].shape:
-        raise DataError(f"{folder / 'weights.npz'}: row/col/val shapes {w['row'].shape}/{w['col'].shape}/"
+        raise DataError(f"{fw}: row/col/val shapes {w['row'].shape}/{w['col'].shape}/"
                         f"{w['val'].shape} disagree with L={L_all}")
+    for key in ("val", "bias", "ymax"):
+        if key in w:
+            _check_finite(fw, key, w[key])
     layers = []
     for l in range(L):
         r, c = w["row"][l], w["col"][l]
         if r.min() < 0 or c.min() < 0 or r.max() >= N or c.max() >= N:
-            raise DataError(f"{folder / 'weights.npz'}: layer {l + 1} has an index outside 0..{N - 1}")
+            raise DataError(f"{fw}: layer {l + 1} has an index outside 0..{N - 1}")
         W = sp.csr_matrix((w["val"][l].astype(np.float32), (r, c)), shape=(N, N), dtype=np.float32)
+        if W.nnz != r.size:                      # the conversion merged a repeated (row, col)
+            _check_unique(fw, r.astype(np.int64), c.astype(np.int64), N, f"layer {l + 1}")
         W.sort_indices()
         layers.append(W)
+    if x["shape"].size != 2 or x["shape"].min() < 1:
+        raise DataError(f"{fx}: 'shape' is {x['shape'].tolist()}, expected [images, pixels] ({SOURCE})")
     shape = tuple(int(s) for s in x["shape"])
     if shape[1] != N:
-        raise DataError(f"{folder / 'inputs.npz'}: images have {shape[1]} pixels, the network has N={N}")
+        raise DataError(f"{fx}: images have {shape[1]} pixels, the network has N={N}")
+    if not x["image"].shape == x["pixel"].shape == x["val"].shape:
+        raise DataError(f"{fx}: image/pixel/val lengths {x['image'].size}/{x['pixel'].size}/{x['val'].size} "
+                        f"differ ({SOURCE})")
+    for key, top in (("image", shape[0]), ("pixel", N)):
+        bad = np.flatnonzero((x[key] < 0) | (x[key] >= top))
+        if bad.size:
+            raise DataError(f"{fx}: entry {int(bad[0])} has {key} {int(x[key][bad[0]])} outside 0..{top - 1} ({SOURCE})")
+    _check_finite(fx, "val", x["val"])
     Y0 = sp.csr_matrix((x["val"].astype(np.float32), (x["image"], x["pixel"])), shape=shape, dtype=np.float32)
+    if Y0.nnz != x["val"].size:
+        _check_unique(fx, x["image"].astype(np.int64), x["pixel"].astype(np.int64), N, "image/pixel")
     subset = np.asarray(g["subset"], np.int64)
     if int(g["n_images_subset"]) != shape[0]:
-        raise DataError(f"{folder / 'categories.npz'}: golden subset is for {int(g['n_images_subset'])} images, "
+        raise DataError(f"{fg}: golden subset is for {int(g['n_images_subset'])} images, "
                         f"inputs.npz has {shape[0]}")
+    bad = np.flatnonzero((subset < 0) | (subset >= shape[0]) | np.r_[False, np.diff(subset) <= 0])
+    if bad.size:
+        raise DataError(f"{fg}: 'subset' entry {int(bad[0])} is image {int(subset[bad[0]])}: the golden subset must "
+                        f"be ascending image indices in 0..{shape[0] - 1} ({SOURCE})")
     golden = subset if L == L_all else None       # the golden set is for the full 120 layers
     if images:
         if images > shape[0]:
-            raise DataError(f"{folder / 'inputs.npz'}: has {shape[0]} images, dataset.images={images} asks for more")
+            raise DataError(f"{fx}: has {shape[0]} images, dataset.images={images} asks for more")
         Y0 = Y0[:images]
         golden = None if golden is None else golden[golden < images]
     b = float(w["bias"]) if bias is None else bias

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import zlib
 from pathlib import Path
 from typing import Optional, Tuple
 
@@ -16,6 +17,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from pipeline.errors import DataError
+
+F32_MAX = float(np.finfo(np.float32).max)
+ID_MAX = 2 ** 31 - 1            # scikit-learn stores feature ids as int32
 
 
 def _open(path: Path):
@@ -32,7 +36,7 @@ def _line_problem(line: str, n_features: Optional[int]) -> Optional[str]:
     try:
         lab = float(toks[0])
     except ValueError:
-        return f"label {toks[0]!r} is not a number"
+        return f"label {toks[0][:40]!r} is not a number"
     if lab not in (0.0, 1.0, -1.0):
         return f"label {toks[0]!r} is outside {{0,1}} and {{-1,+1}}"
     prev = 0
@@ -52,10 +56,14 @@ def _line_problem(line: str, n_features: Optional[int]) -> Optional[str]:
             return f"value {val!r} of feature {i} is not a number"
         if i < 1:
             return f"feature index {i} < 1 (LIBSVM ids are 1-based)"
+        if i > ID_MAX:
+            return f"feature index {idx[:40]} exceeds {ID_MAX} (ids are stored as int32)"
         if n_features is not None and i > n_features:
             return f"feature index {i} exceeds the declared dimension {n_features}"
         if not math.isfinite(v):
             return f"value {val!r} of feature {i} is not finite"
+        if abs(v) > F32_MAX:
+            return f"value {val!r} of feature {i} does not fit in float32"
         if i <= prev:
             return f"feature indices are not increasing ({prev} then {i})"
         prev = i
@@ -72,7 +80,10 @@ def find_bad_line(path: Path, n_features: Optional[int]) -> Optional[Tuple[int, 
 
 
 def _fail(path: Path, n_features: Optional[int], fallback: str):
-    bad = find_bad_line(path, n_features)
+    try:
+        bad = find_bad_line(path, n_features)
+    except (OSError, EOFError, zlib.error) as e:     # a truncated or corrupt gzip stream
+        raise DataError(f"{path}: cannot be read ({type(e).__name__}: {e}); restore the file") from None
     if bad:
         raise DataError(f"{path}:{bad[0]}: {bad[1]}; fix or remove that line")
     raise DataError(f"{path}: {fallback}")
@@ -84,11 +95,13 @@ def load(path, n_features: Optional[int] = None) -> Tuple[sp.csr_matrix, np.ndar
 
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: no such svmlight file")
+        raise DataError(f"{path}: {'is a directory, expected' if path.is_dir() else 'no such'} svmlight file")
     try:
         X, y = load_svmlight_file(str(path), n_features=n_features, dtype=np.float32, zero_based=False)
     except Exception as e:  # sklearn's messages name neither file nor line
         _fail(path, n_features, f"not valid svmlight ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+    if X.shape[0] == 0:
+        raise DataError(f"{path}: no samples (the file is empty or holds only comments)")
     if X.nnz and not np.all(np.isfinite(X.data)):
         _fail(path, n_features, "contains NaN or infinite values")
     labels = set(np.unique(y).tolist())

@@ -364,6 +364,14 @@ def validate(cfg: DictConfig) -> None:
     fill_common(cfg)
 
 
+def check_no_dataset(cfg) -> None:
+    """For a model that generates its inputs and reads no dataset (``dataset: <model>_default``,
+    named ``synthetic``): a one-line ConfigError for ``dataset=<other>``, which it would ignore."""
+    name = str(cfg.dataset.get("name", ""))
+    require(name == "synthetic", "dataset", name,
+            f"leave it out: model={cfg.model.name} generates its inputs and reads no dataset")
+
+
 def check_variants(cfg: DictConfig, allowed: List[str]) -> List[str]:
     """The variants this run times (model.variants, else [kernel.name]), each checked against
     ``allowed``; raises a one-line ConfigError naming the bad one."""

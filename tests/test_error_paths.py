@@ -83,3 +83,11 @@ def test_sparse_dnn_neurons_that_differ_from_the_packaged_network(cli, tmp_path)
     line = _one_error_line(r)
     assert line.startswith("error: dataset.neurons=1000 is not allowed:") and "dataset.neurons=1024" in line, line
     assert [x.info.status for x in _runs(tmp_path)] == ["FAILED"]
+
+
+def test_slide_topk_over_more_labels_than_the_dataset_has(cli, tmp_path):
+    # bibtex has 159 labels: P@160 was computed anyway and the run ended in a verification error
+    r = cli("model=slide", "backend=cpu", "dataset=bibtex", "model.topk=[1,160]")
+    line = _one_error_line(r)
+    assert line.startswith("error: model.topk=160 is not allowed: at most the 159 labels"), line
+    assert [x.info.status for x in _runs(tmp_path)] == ["FAILED"]

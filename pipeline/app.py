@@ -2,7 +2,8 @@
 
 Errors a user can fix are printed as one line (``error: ...``) with a non-zero exit: our own
 (:class:`pipeline.errors.PipelineError`) and Hydra's composition errors (unknown key, wrong type,
-unknown group option), which are condensed to one line. Set ``HYDRA_FULL_ERROR=1`` for tracebacks.
+unknown group option), which are condensed to one line, and running out of host memory (a size too large
+for this machine). Set ``HYDRA_FULL_ERROR=1`` for tracebacks.
 """
 from __future__ import annotations
 
@@ -141,6 +142,12 @@ def main() -> None:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
+    except MemoryError as e:
+        if full:
+            raise
+        print(f"error: out of host memory ({str(e).strip() or type(e).__name__}): the sizes asked for do not fit; "
+              "lower them (batch_size, the model.* and dataset.* sizes) or use size=small", file=sys.stderr, flush=True)
+        sys.exit(2)
     except Exception as e:
         if full:
             raise

@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.errors import PipelineError
+from pipeline.errors import ConfigError, PipelineError
 from pipeline.results import Report, case_columns, format_table, to_csv, variant_metrics
 
 PARENT_ENV = "PIPELINE_MLFLOW_PARENT_RUN"
@@ -57,8 +57,12 @@ def setup(tcfg) -> str:
         mlflow.set_tracking_uri(uri)
         return uri
     d = store_dir(tcfg)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "mlartifacts").mkdir(exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "mlartifacts").mkdir(exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"tracking.dir={tcfg.dir} is not allowed: cannot create {d} ({e.strerror or e}); set it "
+                          "to a writable folder, or tracking=off") from None
     uri = ready_store(d)
     mlflow.set_tracking_uri(uri)
     return uri

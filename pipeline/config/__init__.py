@@ -348,6 +348,13 @@ def validate(cfg: DictConfig) -> None:
     require(cfg.bench.max_repeats >= cfg.bench.min_repeats, "bench.max_repeats", cfg.bench.max_repeats,
             f">= bench.min_repeats ({cfg.bench.min_repeats})")
     require(cfg.bench.warmup >= 0, "bench.warmup", cfg.bench.warmup, "a non-negative integer")
+    require(cfg.bench.min_time_ms >= 0, "bench.min_time_ms", cfg.bench.min_time_ms, "a non-negative number of ms")
+    require(cfg.gpu >= 0, "gpu", cfg.gpu, "a device index (0, 1, ...)")
+    require(cfg.model.tolerance >= 0, "model.tolerance", cfg.model.tolerance, "a non-negative relative error")
+    require(str(cfg.pool.enabled).lower() in ("auto", "true", "false"), "pool.enabled", cfg.pool.enabled,
+            "auto, true or false")
+    require(cfg.pool.wait_s >= 0, "pool.wait_s", cfg.pool.wait_s, "0 (wait) or a positive number of seconds")
+    require(cfg.launcher.gpus_per_job >= 1, "launcher.gpus_per_job", cfg.launcher.gpus_per_job, "a positive integer")
     reg = _registries.get(cfg.model.name)
     if reg is not None:
         reg.check(cfg)
@@ -355,6 +362,14 @@ def validate(cfg: DictConfig) -> None:
     if fn is not None:
         fn(cfg)
     fill_common(cfg)
+
+
+def check_no_dataset(cfg) -> None:
+    """For a model that generates its inputs and reads no dataset (``dataset: <model>_default``,
+    named ``synthetic``): a one-line ConfigError for ``dataset=<other>``, which it would ignore."""
+    name = str(cfg.dataset.get("name", ""))
+    require(name == "synthetic", "dataset", name,
+            f"leave it out: model={cfg.model.name} generates its inputs and reads no dataset")
 
 
 def check_variants(cfg: DictConfig, allowed: List[str]) -> List[str]:

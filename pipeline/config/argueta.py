@@ -3,7 +3,7 @@ softmax + top-N), after Argueta & Chiang."""
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List
 
-from pipeline.config import ModelConf, is_pow2, register_variants, require, store, validator
+from pipeline.config import ModelConf, check_no_dataset, is_pow2, register_variants, require, store, validator
 from pipeline.models.argueta.variants import FEWHOT, TOPN
 
 _NO_TRAINING = "it times one kernel call per case and trains nothing"
@@ -49,6 +49,7 @@ def _check_fewhot(cfg) -> None:
     require(len(m.n_hot) > 0, "model.n_hot", list(m.n_hot), "a non-empty list of non-zeros per row")
     for n in m.n_hot:
         require(0 < int(n) <= int(m.vocab), "model.n_hot", n, f"between 1 and model.vocab ({m.vocab})")
+    check_no_dataset(cfg)
 
 
 @validator("softmax_topn")
@@ -66,3 +67,4 @@ def _check_topn(cfg) -> None:
     require(int(m.split) >= 0, "model.split", m.split, "0 (automatic) or a positive number of blocks per row")
     require(int(m.vec) in (0, 1, 2, 4, 8), "model.vec", m.vec,
             "0 (automatic) or 1, 2, 4, 8 float4 loads per thread of topn_bucket")
+    check_no_dataset(cfg)

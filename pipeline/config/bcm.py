@@ -2,7 +2,7 @@
 from dataclasses import dataclass, field
 from typing import ClassVar, Dict, List
 
-from pipeline.config import ModelConf, is_pow2, knob, register_variants, require, store, validator
+from pipeline.config import ModelConf, check_no_dataset, is_pow2, knob, register_variants, require, store, validator
 from pipeline.models.bcm.variants import REGISTRY
 
 LAYERS = ("A", "B", "C")
@@ -38,8 +38,10 @@ def _check(cfg) -> None:
     m = cfg.model
     check_block_sizes(cfg, 4, 256)
     require(int(m.batch_size) > 0, knob(cfg, "batch_size"), m.batch_size, "a positive integer")
+    require(len(m.layers) > 0, "model.layers", list(m.layers), f"a non-empty list of {', '.join(LAYERS)}")
     for name in m.layers:
         require(name in LAYERS, "model.layers", name, f"one of {', '.join(LAYERS)}")
+    check_no_dataset(cfg)
     names = REGISTRY.check(cfg)
     if "tiled" in names:
         key = "model.block_sizes" if list(m.block_sizes) else knob(cfg, "block_size")

@@ -2,6 +2,8 @@
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List
 
+from omegaconf import OmegaConf
+
 from pipeline.config import ModelConf, knob, register_variants, require, store, validator
 from pipeline.models.sparse_dnn.variants import REGISTRY
 
@@ -70,6 +72,8 @@ def _check(cfg) -> None:
         require(str(d.inputs) in INPUTS, "dataset.inputs", d.inputs, f"one of {', '.join(INPUTS)}")
     require(int(d.layers) > 0, "dataset.layers", d.layers, "a positive integer")
     require(int(d.images) >= 0, "dataset.images", d.images, "0 (all) or a positive integer")
+    require(int(d.small_layers) > 0, "dataset.small_layers", d.small_layers, "a positive number of layers (size=small)")
+    require(int(d.small_images) > 0, "dataset.small_images", d.small_images, "a positive number of images (size=small)")
     require(float(d.ymax) > 0, "dataset.ymax", d.ymax, "a positive number")
     require(float(d.get("keep_layers_gb", 2.0)) >= 0, "dataset.keep_layers_gb", d.get("keep_layers_gb"),
             "0 (always regenerate) or a positive number of GB")
@@ -86,8 +90,17 @@ def _check(cfg) -> None:
     require(1 <= int(m.get("pull_neurons_per_warp", 4)) <= 64, "model.pull_neurons_per_warp",
             m.get("pull_neurons_per_warp"), "1..64")
     require(int(m.repeats) >= 1, "model.repeats", m.repeats, "at least 1")
+    require(int(m.warmup) >= 0, "model.warmup", m.warmup, "0 or a positive number of untimed passes")
     require(float(m.get("budget_s", 0)) >= 0, "model.budget_s", m.get("budget_s"), "0 (no limit) or seconds")
     require(int(m.gpus) >= 0, "model.gpus", m.gpus, "0 (every GPU present), 1 (in-process) or a GPU count")
     for cell in list(m.grid):
-        ok = len(cell) == 2 and int(cell[0]) in SIZES and int(cell[1]) > 0
-        require(ok, "model.grid", list(cell), f"[N, L] with N in {SIZES}")
+        require(_grid_cell_ok(cell), "model.grid", list(cell) if OmegaConf.is_list(cell) else cell,
+                f"[N, L] with N in {SIZES}")
+
+
+def _grid_cell_ok(cell) -> bool:
+    """A cell of model.grid is a list [N, L] of integers, N a RadiX-Net size, L > 0."""
+    try:
+        return OmegaConf.is_list(cell) and len(cell) == 2 and int(cell[0]) in SIZES and int(cell[1]) > 0
+    except (TypeError, ValueError):
+        return False

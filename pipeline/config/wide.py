@@ -148,9 +148,13 @@ def _check(cfg) -> None:
             "a positive integer (1: evaluate once an epoch)")
     require(m.init_std >= 0, "model.init_std", m.init_std, "a non-negative standard deviation")
     require(m.streams >= 1, "model.streams", m.streams, "a positive integer")
+    require(m.device_budget_mb >= 0, "model.device_budget_mb", m.device_budget_mb,
+            "0 (60% of free device memory) or a positive number of MB")
     d = cfg.dataset
     require("layout" in d, "dataset", d.name, "a wide dataset (a9a, criteo10k, avazu, ctr_synth) for model=" + m.name)
     require(d.format in FORMATS, "dataset.format", d.format, f"one of {', '.join(FORMATS)} (dataset '{d.name}')")
+    require(d.features >= 0, "dataset.features", d.features, "0 (from the data / the shape) or a positive dimension")
+    require(d.small_rows >= 0, "dataset.small_rows", d.small_rows, "0 (all) or a positive number of rows")
     if d.format in CLICK_LOGS:
         layout_of(d)
         require(0 < d.val_fraction < 1, "dataset.val_fraction", d.val_fraction, "a fraction in (0, 1)")
@@ -159,6 +163,7 @@ def _check(cfg) -> None:
         require(d.shape in SHAPES, "dataset.shape", d.shape, ", ".join(SHAPES))
         require(0 < d.scale <= 1, "dataset.scale", d.scale, "a fraction in (0, 1]")
         require(0 < d.small_scale <= 1, "dataset.small_scale", d.small_scale, "a fraction in (0, 1]")
+        require(d.small_features > 0, "dataset.small_features", d.small_features, "a positive number of features")
         require(0 < d.val_fraction < 1, "dataset.val_fraction", d.val_fraction, "a fraction in (0, 1)")
         require(d.alpha > 0, "dataset.alpha", d.alpha, "a positive exponent")
 

@@ -9,6 +9,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from pipeline.errors import ConfigError
 from pipeline.models.base import Model
 from pipeline.models.slide import reference as ref
 from pipeline.models.slide.variants import REGISTRY
@@ -80,6 +81,10 @@ class SlideModel(Model):
         self.data = xc.load(cfg.dataset, data_dir=cfg.data_dir, cache_dir=cfg.cache_dir, size=ctx.size,
                             seed=int(cfg.seed), notice=ctx.notice)
         d = self.data
+        too_big = [int(k) for k in self.mcfg.topk if int(k) > d.n_labels]
+        if too_big:
+            raise ConfigError(f"model.topk={too_big[0]} is not allowed: at most the {d.n_labels} labels of dataset "
+                              f"{d.name} (P@k over more labels than there are)")
         self.test = _host_split(d.test, int(m.eval_rows))
         max_labels = int(np.diff(d.train.Y.indptr).max(initial=0))
         self.hp = ref.Hyper.from_cfg(self.mcfg, d.n_labels, max_labels)

@@ -44,6 +44,9 @@ def load_network(cfg, N: int, L: int, images: int, small: bool, progress=None, n
     if d.format == "npz":
         folder = find(cfg, str(d.path or "hpec-1024"), "the packaged official subset, see data/hpec-1024/SOURCE.md")
         net = hpec.load_npz(folder, L=L, images=images, bias=bias, ymax=ymax)
+        if net.N != N:
+            raise ConfigError(f"dataset.neurons={N} is not allowed: {folder} holds a {net.N}-neuron network; "
+                              f"set dataset.neurons={net.N} (or pick another dataset)")
     elif d.format == "tsv":
         if not d.path:
             raise ConfigError("dataset.path='' is not allowed: the folder holding the official TSV files")

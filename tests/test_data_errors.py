@@ -348,3 +348,17 @@ def test_fetch_into_a_file(tmp_path, capsys, where):
     rc = fetch.main(["mnist", "--data-dir", str(data_dir), "--mirror", (tmp_path / "mirror").as_uri()])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith(f"error: {culprit}: cannot be a data folder") and err.count("\n") == 1, err
+
+
+def test_a_file_rewritten_within_the_same_second_gets_a_new_cache_key(tmp_path):
+    """Cached inputs (click logs, the wide models' data, XMLRepo text) are keyed by path, size and
+    mtime in nanoseconds: a file rewritten at the same size within one second is not served the old entry."""
+    import os
+    from pipeline.data.cache import file_stamp, key
+    f = tmp_path / "train.txt"
+    f.write_text("1\t2\n")
+    os.utime(f, ns=(1_700_000_000_100_000_000, 1_700_000_000_100_000_000))
+    before = key({"train": file_stamp(f)})
+    f.write_text("3\t4\n")
+    os.utime(f, ns=(1_700_000_000_900_000_000, 1_700_000_000_900_000_000))
+    assert key({"train": file_stamp(f)}) != before

@@ -11,6 +11,14 @@ from typing import Any, Callable, Dict
 import numpy as np
 
 
+def file_stamp(path: Path) -> Dict[str, Any]:
+    """What identifies an input file in a cache key: its resolved path, size and modification time in
+    nanoseconds (whole seconds would serve a stale entry for a file rewritten at the same size
+    within the second)."""
+    st = Path(path).stat()
+    return {"file": str(Path(path).resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
 def key(params: Dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -43,6 +43,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from pipeline.errors import ConfigError, DataError
+from pipeline.data.cache import file_stamp
 
 N_FEATURES = 1_000_000
 CHUNK_ROWS = 1 << 16                 # rows hashed together
@@ -462,11 +463,6 @@ def _header_plan(lay: Layout, fields: List[str], path: Path, no: int) -> Plan:
 
 # ------------------------------------------------------------------------- the dataset entry
 
-def _file_id(p: Path) -> Dict[str, Any]:
-    st = p.stat()
-    return {"file": str(p.resolve()), "bytes": st.st_size, "mtime": int(st.st_mtime)}
-
-
 def locate(cfg, lay: Layout) -> Tuple[Path, Optional[Path]]:
     """(training file, validation file or None = split off the training rows). ``dataset.path``
     names a folder (under ``data_dir``, the shipped ``data/``, or absolute) holding
@@ -520,8 +516,8 @@ def source(cfg, size: str):
     limit = small
     if small and fva is None:                        # the held-out rows come after `small` training rows
         limit = small + max(1, int(round(small * frac / (1 - frac))))
-    ident = {"format": lay.format, "layout": lay.ident(), "train": _file_id(ftr), "features": feats,
-             "val": _file_id(fva) if fva is not None else {"held_out": frac}, "rows": limit}
+    ident = {"format": lay.format, "layout": lay.ident(), "train": file_stamp(ftr), "features": feats,
+             "val": file_stamp(fva) if fva is not None else {"held_out": frac}, "rows": limit}
     progress = bool(cfg.get("progress", False))
     cache_dir = str(cfg.cache_dir)
 
@@ -540,7 +536,7 @@ def source(cfg, size: str):
             return rows_of(f, rows)
         from pipeline.data.cache import cached_arrays
         import scipy.sparse as sp
-        a = cached_arrays(cache_dir, f"ctr-{d.name}", {"v": 1, "file": _file_id(f), "layout": lay.ident(),
+        a = cached_arrays(cache_dir, f"ctr-{d.name}", {"v": 1, "file": file_stamp(f), "layout": lay.ident(),
                                                        "features": feats, "rows": rows}, build)
         X = sp.csr_matrix((np.ones(len(a["indices"]), np.float32), a["indices"], a["indptr"]),
                           shape=(len(a["y"]), feats))

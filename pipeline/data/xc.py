@@ -34,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.lib.stride_tricks import sliding_window_view
 
-from pipeline.data.cache import cached_arrays
+from pipeline.data.cache import cached_arrays, file_stamp
 from pipeline.errors import DataError
 
 BLOCK_BYTES = 16 << 20          # bytes parsed at a time (whole lines); bounds the parser's memory
@@ -468,11 +468,6 @@ def write_xc(path, split: XCSplit, fmt: str = "%.6f") -> None:
 
 # ------------------------------------------------------------------------------------ caching
 
-def _stamp(path: Path) -> Dict[str, object]:
-    st = path.stat()
-    return {"file": str(path.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
 def split_arrays(s: XCSplit, prefix: str = "") -> Dict[str, np.ndarray]:
     return {f"{prefix}x_indptr": s.X.indptr, f"{prefix}x_indices": s.X.indices, f"{prefix}x_data": s.X.data,
             f"{prefix}y_indptr": s.Y.indptr, f"{prefix}y_indices": s.Y.indices}
@@ -500,7 +495,7 @@ def read_xc_cached(path, cache_dir: Optional[str]) -> Tuple[XCSplit, int, int]:
         s, F, L = read_xc(path)
         return {**split_arrays(s), "shape": np.array([F, L], np.int64)}
     a = cached_arrays(str(cache_dir), f"xc-{path.name.split('.')[0]}",
-                      {"v": CACHE_VERSION, "xc": _stamp(path)}, build)
+                      {"v": CACHE_VERSION, "xc": file_stamp(path)}, build)
     F, L = (int(v) for v in a["shape"])
     return split_from_arrays(a, F, L), F, L
 

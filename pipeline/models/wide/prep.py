@@ -23,7 +23,7 @@ from typing import Dict, Tuple
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.data.cache import cached_arrays
+from pipeline.data.cache import cached_arrays, file_stamp
 from pipeline.errors import DataError
 
 PAD = 4
@@ -71,11 +71,6 @@ class WideData:
 
 # ------------------------------------------------------------------------------------ loading
 
-def _file_id(p: Path) -> Dict[str, object]:
-    st = p.stat()
-    return {"file": str(p.resolve()), "bytes": st.st_size, "mtime": int(st.st_mtime)}
-
-
 def source(cfg, size: str):
     """(identity dict for the cache key, loader returning (Xtr, ytr, Xva, yva))."""
     d = cfg.dataset
@@ -106,7 +101,7 @@ def source(cfg, size: str):
         if not f.is_file():
             raise DataError(f"{f}: missing file of dataset '{d.name}' (dataset.train / dataset.val)")
     small = int(d.small_rows) if size == "small" else 0
-    ident = {"format": d.format, "train": _file_id(ftr), "val": _file_id(fva), "features": int(d.features),
+    ident = {"format": d.format, "train": file_stamp(ftr), "val": file_stamp(fva), "features": int(d.features),
              "small_rows": small}
 
     def load():

@@ -91,3 +91,13 @@ def test_slide_topk_over_more_labels_than_the_dataset_has(cli, tmp_path):
     line = _one_error_line(r)
     assert line.startswith("error: model.topk=160 is not allowed: at most the 159 labels"), line
     assert [x.info.status for x in _runs(tmp_path)] == ["FAILED"]
+
+
+def test_a_size_the_small_preset_replaces_is_named_as_not_used(cli):
+    """On the CPU backend's small preset a size the user typed (model.rows of fewhot) is replaced:
+    the run says which of the given overrides it does not use; size=full uses them, silently."""
+    r = cli("model=fewhot", "backend=cpu", "model.rows=1000", "model.vocab=20000", "model.n_hot=[3]")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "size=small: model.rows=1000 model.vocab=20000 not used" in r.stderr
+    r = cli("model=fewhot", "backend=cpu", "model.n_hot=[3]")
+    assert r.returncode == 0 and "not used" not in r.stderr

@@ -92,6 +92,9 @@ class ModelConf:
     knob (``block_size``, ``batch_size``, ``epochs``) that this model does not use what to write
     instead, e.g. ``{"block_size": "model.block_size (threads per block)"}``."""
     TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {}
+    # keys (``model.*``, ``dataset.*``) whose values size=small replaces by the model's small preset:
+    # a run that was given one says so (see :func:`replaced_by_small_preset`)
+    SMALL_REPLACES: ClassVar[tuple] = ()
     name: str = MISSING
     impl: str = MISSING                      # "package.module:Class"
     variants: List[str] = field(default_factory=list)   # empty: [kernel.name]
@@ -306,6 +309,22 @@ def knob(cfg: DictConfig, key: str) -> str:
     if key in COMMON_KEYS and cfg.get(key) is not None and key in uses(cfg, key):
         return key
     return f"model.{key}"
+
+
+def replaced_by_small_preset(cfg: DictConfig) -> List[str]:
+    """The overrides of this run (``key=value``, as typed) that size=small replaces by the model's
+    small preset (its schema's ``SMALL_REPLACES``): on the CPU backend a user who typed
+    ``model.rows=100000`` is told the run does not use it. Empty outside a Hydra run."""
+    t = OmegaConf.get_type(cfg.model)
+    keys = set(getattr(t, "SMALL_REPLACES", ()) if t is not None else ())
+    if not keys:
+        return []
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        task = list(HydraConfig.get().overrides.task)
+    except Exception:          # not inside a Hydra run (a test, the API)
+        return []
+    return [o for o in task if o.split("=", 1)[0].lstrip("+~") in keys]
 
 
 def check_common(cfg: DictConfig) -> None:

@@ -14,6 +14,7 @@ class FewhotConf(ModelConf):
     TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {
         "batch_size": "its minibatch is model.rows (L)", "epochs": _NO_TRAINING,
         "block_size": "its threads per block are chosen from L and M; it has no block-size setting"}
+    SMALL_REPLACES: ClassVar[tuple] = ("model.rows", "model.vocab", "model.width")
     rows: int = 100                  # L: minibatch rows of A
     vocab: int = 10240               # K: columns of A = rows of B
     width: int = 512                 # M: columns of B (embedding width)
@@ -26,6 +27,7 @@ class TopnConf(ModelConf):
     TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {
         "block_size": "its threads per block are model.block_size (paper: 256); write model.block_size={value}",
         "batch_size": "its rows are model.rows (L, a list)", "epochs": _NO_TRAINING}
+    SMALL_REPLACES: ClassVar[tuple] = ("model.rows", "model.vocab")
     rows: List[int] = field(default_factory=lambda: [512])  # L: rows (one case each)
     vocab: int = 10240               # K: logits per row
     top_n: List[int] = field(default_factory=lambda: [10])  # N: beam width (one case each)

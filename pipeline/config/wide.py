@@ -19,6 +19,7 @@ class WideConf(ModelConf):
     TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {
         "block_size": "its threads per block are model.threads (flow, design=chunk) or "
                       "model.warps_per_block (design=warp)"}
+    SMALL_REPLACES: ClassVar[tuple] = ("dataset.scale",)   # generated data: dataset.small_scale instead
     k: int = 0                   # FM factor size; 0 = logistic regression
     lr: float = 0.5              # SGD step (paper: 0.5 for LR)
     batch_size: int = 1024       # mini-batch (samples) of the strict-batch variants (paper: 1024)

@@ -23,6 +23,10 @@ def main():
     ap.add_argument("--variants", nargs="+", default=["dft", "rfft", "fused"])
     ap.add_argument("--reps", type=int, default=20)
     a = ap.parse_args()
+    from pipeline.gpu.device import why_unavailable
+    reason = why_unavailable()
+    if reason:
+        sys.exit(f"error: {Path(__file__).name} needs a GPU: {reason}")
     import cupy
     import pycuda.driver as drv
     from pipeline.gpu import device

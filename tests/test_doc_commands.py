@@ -9,7 +9,8 @@ No command runs. How the docs write a command, and how it is read here:
 - ``-m`` with comma lists is a sweep: each of its jobs is composed;
 - ``key=a|b`` means "a, or b" (several runs written as one): each is composed;
 - a trailing ``# comment`` and a ``...`` standing for more overrides are dropped;
-- ``--help`` / ``--cfg job`` only print: the rest of the command is composed.
+- ``--help`` / ``--cfg job`` only print: the rest of the command is composed;
+- a flag after an override fails (the CLI's argparse takes flags first).
 """
 from __future__ import annotations
 
@@ -96,6 +97,10 @@ def check_command(compose, command: str):
     from pipeline.errors import ConfigError
     from pipeline.isolated_jobs import quiet_schema_warning
     quiet_schema_warning()
+    words = command.split()
+    late = [w for i, w in enumerate(words) if w.startswith("-") and any("=" in v for v in words[:i])]
+    if late:   # `python -m pipeline a=1 -m b=1,2`: argparse stops at the first override
+        return f"{' '.join(late)} after an override: the CLI takes flags first (unrecognized arguments)"
     for overrides in runs(command):
         try:
             cfg = compose(overrides)
@@ -136,3 +141,5 @@ def test_extraction_and_a_stale_command_fails(compose):
     assert bad and "model.blok_size" in bad, bad
     assert check_command(compose, "model=bcm kernel=no_such_variant")
     assert check_command(compose, "experiment=no_such_table")
+    assert "flags first" in check_command(compose, "experiment=cuwide_table5 -m model.k=3,10")
+    assert check_command(compose, "-m experiment=cuwide_table5 model.k=3,10") is None

@@ -37,6 +37,8 @@ compares the two records row by row (``conf/suite/extra/harness_before_after.yam
 Stopped by SIGTERM or SIGINT (a `timeout` around the command, say), the script gives the running
 child SIGINT (pytest still writes its report; a run is marked killed), writes the record of the part
 in progress with what finished, marked ``interrupted``, runs no further part and exits non-zero.
+It also exits non-zero, after writing every record, when a test failed, a benchmark run did not
+finish or a sanitizer run found errors (one line says which).
 
 Benchmarks run through the CLI (``python -m pipeline <overrides>``) with a private MLflow store, and
 their results are read back from it, so what is recorded is exactly what a user's run logs.
@@ -258,6 +260,25 @@ def part_sanitize(out: Path, args) -> Dict[str, Any]:
 
 
 PARTS = {"tests": part_tests, "bench": part_bench, "sanitize": part_sanitize}
+
+
+def shortfalls(records: List[Dict[str, Any]]) -> List[str]:
+    """What of the records did not hold: failed tests, benchmark runs that did not finish, sanitizer
+    runs with errors or hazards (the script then exits non-zero, after writing every record)."""
+    out = []
+    for d in records:
+        data = d["data"]
+        if d["part"] == "tests" and data.get("rc"):
+            out.append(f"tests: {data.get('summary') or 'rc=' + str(data['rc'])}")
+        elif d["part"] == "bench":
+            bad = [j for j in data["jobs"] if j["rc"] != 0]
+            if bad:
+                out.append(f"{len(bad)} of {len(data['jobs'])} benchmark runs failed")
+        elif d["part"] == "sanitize":
+            bad = [r for r in data["results"] if r["errors"] or r.get("hazards") or r["rc"] != 0]
+            if bad:
+                out.append(f"{len(bad)} of {len(data['results'])} sanitizer runs found errors or did not finish")
+    return out
 
 
 # ---------------------------------------------------------------------------------- render
@@ -921,6 +942,9 @@ def main() -> None:
     print("\n==== summary (" + gpu + ") ====\n" + short_table(records), flush=True)
     if _STOP["why"]:
         raise SystemExit(f"error: {_STOP['why']}: the records above hold what finished before it")
+    bad = shortfalls(records)
+    if bad:
+        raise SystemExit(f"error: {'; '.join(bad)} (the records above say which)")
 
 
 def source_commit(tree: Optional[Path] = None) -> str:

@@ -245,3 +245,19 @@ def test_pick_takes_runs_by_their_listed_numbers():
     for bad in ("0", "5-3", "a", "1,,2"):
         with pytest.raises(SystemExit, match="run numbers"):
             gs.pick(runs, bad)
+
+
+def test_shortfalls_name_what_did_not_hold():
+    """`run` exits non-zero, after writing its records, when a test failed, a benchmark run did not
+    finish or a sanitizer run found errors: each part's shortfall in the one-line message."""
+    gs = _suite()
+    ok_tests = {"part": "tests", "data": {"rc": 0, "summary": "3 passed"}}
+    bad_tests = {"part": "tests", "data": {"rc": 1, "summary": "1 failed, 2 passed"}}
+    bench = {"part": "bench", "data": {"jobs": [{"rc": 0}, {"rc": 124}, {"rc": 0}], "runs": []}}
+    san = {"part": "sanitize", "data": {"results": [{"errors": 0, "hazards": 0, "rc": 0},
+                                                    {"errors": 0, "hazards": 2, "rc": 0}]}}
+    clean_san = {"part": "sanitize", "data": {"results": [{"errors": 0, "hazards": None, "rc": 0}]}}
+    assert gs.shortfalls([ok_tests, clean_san]) == []
+    assert gs.shortfalls([bad_tests, bench, san]) == [
+        "tests: 1 failed, 2 passed", "1 of 3 benchmark runs failed",
+        "1 of 2 sanitizer runs found errors or did not finish"]

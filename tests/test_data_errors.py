@@ -362,3 +362,17 @@ def test_a_file_rewritten_within_the_same_second_gets_a_new_cache_key(tmp_path):
     f.write_text("3\t4\n")
     os.utime(f, ns=(1_700_000_000_900_000_000, 1_700_000_000_900_000_000))
     assert key({"train": file_stamp(f)}) != before
+
+
+def test_hpec_a_huge_index_is_shown_short_and_not_blamed_on_the_network_size(tmp_path):
+    from pipeline.data import hpec
+    f = tmp_path / "n1024-l1.tsv"
+    f.write_text("1\t1\t0.0625\n1e300\t2\t0.0625\n")
+    with pytest.raises(DataError) as e:
+        hpec.read_layer_tsv(f, 1024)
+    msg = str(e.value)
+    assert f"{f}:2: neuron index 1e+300 is out of range 1..1024" in msg and "larger network" not in msg
+    g = tmp_path / "sparse-images-1024.tsv"
+    g.write_text("1\t1\t1\n1e300\t2\t1\n")
+    with pytest.raises(DataError, match=r":2: image index 1e\+300 is out of range"):
+        hpec.read_images_tsv(g, 1024)

@@ -112,11 +112,16 @@ def read_table(path, ncols: int, kinds: str) -> np.ndarray:
     raise _bad_line(path, lines, ncols, kinds)
 
 
+def _index(v: float) -> str:
+    """An index as read (a float of the table), as a message shows it: digits, or 1e+300 when huge."""
+    return f"{int(v)}" if abs(v) < 1e15 else f"{v:g}"
+
+
 def _check_range(path: Path, tab: np.ndarray, col: int, lo: int, hi: int, what: str) -> None:
     bad = np.flatnonzero((tab[:, col] < lo) | (tab[:, col] > hi))
     if bad.size:
         i = int(bad[0])
-        raise DataError(f"{path}:{i + 1}: {what} {int(tab[i, col])} is out of range {lo}..{hi}")
+        raise DataError(f"{path}:{i + 1}: {what} {_index(tab[i, col])} is out of range {lo}..{hi}")
 
 
 def _check_unique(path: Path, r: np.ndarray, c: np.ndarray, width: int, where: str = "") -> None:
@@ -134,11 +139,14 @@ def read_layer_tsv(path, N: int) -> sp.csr_matrix:
     """One weight layer ``n{N}-l{k}.tsv`` -> N x N CSR float32 (0-based)."""
     path = Path(path)
     tab = read_table(path, 3, "row<TAB>col<TAB>value, 1-based")
-    top = int(tab[:, :2].max())
+    top = float(tab[:, :2].max())
     if top > N:
         i = int(np.flatnonzero(tab[:, :2].max(axis=1) == top)[0])
-        raise DataError(f"{path}:{i + 1}: neuron index {top} > N={N}: this layer belongs to a larger "
+        if top > 1 << 31:
+            raise DataError(f"{path}:{i + 1}: neuron index {_index(top)} is out of range 1..{N} (row<TAB>col<TAB>value)")
+        raise DataError(f"{path}:{i + 1}: neuron index {int(top)} > N={N}: this layer belongs to a larger "
                         f"network; set dataset.neurons to its size")
+    top = int(top)
     _check_range(path, tab, 0, 1, N, "row (input neuron)")
     _check_range(path, tab, 1, 1, N, "col (output neuron)")
     if top < N:

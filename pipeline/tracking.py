@@ -382,10 +382,57 @@ class SweepCallback(Callback):
             print("\nsweep summary (MLflow parent run " + parent + ")\n" + table, file=sys.stderr)
             client.log_text(parent, to_csv(rows, cols), "sweep_summary.csv")
             client.log_text(parent, format_table(rows, cols, markdown=True), "sweep_summary.md")
+            fig = sweep_plot(rows)
+            if fig is not None:
+                client.log_figure(parent, fig, "sweep_objective.png")
+                import matplotlib.pyplot as plt
+                plt.close(fig)
         finally:
             client.set_terminated(parent, status=status or ("FAILED" if failed else "FINISHED"))
             os.environ.pop(PARENT_ENV, None)
             os.environ.pop(EXPERIMENT_ENV, None)
+
+
+def swept_knobs(names: List[str]) -> Dict[str, List[str]]:
+    """The overrides that differ between a sweep's jobs: {key: value of each job}, from the jobs'
+    run names (their overrides, ``key=value`` separated by spaces)."""
+    jobs = [dict(t.split("=", 1) for t in n.split() if "=" in t) for n in names]
+    keys = list(dict.fromkeys(k for j in jobs for k in j))
+    return {k: [j.get(k, "") for j in jobs] for k in keys if len({j.get(k, "") for j in jobs}) > 1}
+
+
+def sweep_plot(rows: List[Dict[str, Any]]):
+    """The sweep's objective (``summary/objective``: what ``hydra/sweeper=optuna`` minimises or
+    maximises; its meaning is the model's, e.g. the best time in ms or the final validation loss)
+    against the knob the sweep varies: a line over a numeric knob, else one bar per job. None when
+    no job has an objective."""
+    done = [r for r in rows if isinstance(r.get("objective"), numbers.Real) and r["objective"] == r["objective"]]
+    if not done:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    knobs = swept_knobs([str(r["run"]) for r in done])
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    y = [float(r["objective"]) for r in done]
+    xs = next(iter(knobs.values())) if len(knobs) == 1 else None
+    try:
+        xv = [float(v) for v in xs] if xs is not None else None
+    except ValueError:
+        xv = None
+    if xv is not None:
+        order = sorted(range(len(xv)), key=xv.__getitem__)
+        ax.plot([xv[i] for i in order], [y[i] for i in order], "o-")
+        ax.set_xlabel(next(iter(knobs)))
+    else:
+        labels = [" ".join(f"{k}={v[i]}" for k, v in knobs.items()) or str(r["run"]) for i, r in enumerate(done)]
+        ax.bar(range(len(y)), y)
+        ax.set_xticks(range(len(y)), labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("objective (summary/objective)")
+    ax.set_title(f"sweep: {len(done)} of {len(rows)} jobs with an objective")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
 
 
 def end_sweep(status: str) -> None:

@@ -71,7 +71,23 @@ def test_multirun_parent_and_children(cli, tmp_path):
     from mlflow.tracking import MlflowClient
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     names = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"sweep_summary.csv", "sweep_summary.md"} <= names
+    assert {"sweep_summary.csv", "sweep_summary.md", "sweep_objective.png"} <= names
+
+
+def test_sweep_plot_draws_the_objective_against_the_swept_knob():
+    from pipeline.tracking import sweep_plot, swept_knobs
+    rows = [{"run": "model=bcm block_size=32 seed=0", "objective": 2.0},
+            {"run": "model=bcm block_size=16 seed=0", "objective": 3.0},
+            {"run": "model=bcm block_size=64 seed=0", "objective": float("nan")},   # no objective: left out
+            {"run": "model=bcm block_size=8 seed=0", "status": "FAILED"}]
+    assert swept_knobs([r["run"] for r in rows]) == {"block_size": ["32", "16", "64", "8"]}
+    ax = sweep_plot(rows).axes[0]
+    line = ax.get_lines()[0]
+    assert list(line.get_xdata()) == [16.0, 32.0] and list(line.get_ydata()) == [3.0, 2.0]
+    assert ax.get_xlabel() == "block_size"
+    bars = sweep_plot([{"run": "kernel=a", "objective": 1.0}, {"run": "kernel=b", "objective": 2.0}]).axes[0]
+    assert [t.get_text() for t in bars.get_xticklabels()] == ["kernel=a", "kernel=b"]
+    assert sweep_plot([{"run": "kernel=a", "status": "FAILED"}]) is None
 
 
 def test_multirun_with_a_failing_job_ends_parent_failed(cli, tmp_path):

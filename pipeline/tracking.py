@@ -155,12 +155,12 @@ def metric_key(*parts: Any) -> str:
 def _run_name(cfg) -> str:
     if cfg.tracking.run_name:
         return str(cfg.tracking.run_name)
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        ov = [o for o in HydraConfig.get().overrides.task if not o.startswith(("tracking.", "hydra."))]
-        return " ".join(ov) if ov else f"{cfg.model.name} (defaults)"
-    except Exception:
+    from pipeline.config import task_overrides
+    task = task_overrides()
+    if task is None:
         return str(cfg.model.name)
+    ov = [o for o in task if not o.startswith(("tracking.", "hydra."))]
+    return " ".join(ov) if ov else f"{cfg.model.name} (defaults)"
 
 
 ROW_COLUMNS = ("median_ms", "iqr_ms", "rel_err", "gbps", "gflops", "pct_peak")

@@ -317,14 +317,17 @@ def replaced_by_small_preset(cfg: DictConfig) -> List[str]:
     ``model.rows=100000`` is told the run does not use it. Empty outside a Hydra run."""
     t = OmegaConf.get_type(cfg.model)
     keys = set(getattr(t, "SMALL_REPLACES", ()) if t is not None else ())
-    if not keys:
-        return []
+    return [o for o in task_overrides() or [] if o.split("=", 1)[0].lstrip("+~") in keys] if keys else []
+
+
+def task_overrides() -> Optional[List[str]]:
+    """This run's command-line overrides (``key=value``, as typed); None outside a Hydra run (a
+    test, the API)."""
     try:
         from hydra.core.hydra_config import HydraConfig
-        task = list(HydraConfig.get().overrides.task)
-    except Exception:          # not inside a Hydra run (a test, the API)
-        return []
-    return [o for o in task if o.split("=", 1)[0].lstrip("+~") in keys]
+        return list(HydraConfig.get().overrides.task)
+    except Exception:
+        return None
 
 
 def check_common(cfg: DictConfig) -> None:

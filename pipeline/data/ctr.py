@@ -34,7 +34,6 @@ import dataclasses
 import gzip
 import io
 import math
-import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -42,8 +41,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pipeline.errors import ConfigError, DataError
+from pipeline.data import READ_ERRORS
 from pipeline.data.cache import file_stamp
+from pipeline.errors import ConfigError, DataError
 
 N_FEATURES = 1_000_000
 CHUNK_ROWS = 1 << 16                 # rows hashed together
@@ -434,7 +434,7 @@ def read(path, lay: Layout, n_features: int = N_FEATURES, rows: int = 0, progres
             if chunks_ is None:
                 raise DataError(f"{path}: empty file, expected a header line (dataset.layout.header=true)")
             chunks_.add(buf, lines)
-    except (OSError, EOFError, zlib.error) as e:
+    except READ_ERRORS as e:
         raise DataError(f"{path}: unreadable ({e})") from None
     finally:
         if bar is not None:

@@ -157,12 +157,13 @@ def fetch(name: str, data_dir: Path, mirror: Optional[str] = None, force: bool =
         echo(f"{name}: already in {out} (--force fetches it again)")
         return out
     echo(f"{name}: {src.doc}")
+    if out.exists() and not out.is_dir():
+        raise DataError(f"{out}: cannot be a data folder (a file is there); pass --data-dir <a folder> or "
+                        "remove the file")
     try:
-        if out.exists() and not out.is_dir():
-            raise FileExistsError(17, "a file, not a folder")
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:                     # a file in the way, no permission
-        raise DataError(f"{e.filename or out}: cannot be a data folder ({e.strerror or e}); pass --data-dir "
+        raise DataError(f"{e.filename or data_dir}: cannot be a data folder ({e.strerror or e}); pass --data-dir "
                         f"<a folder> or remove what is there") from None
     with tempfile.TemporaryDirectory(dir=data_dir, prefix=".fetch-") as tmp:
         got = [download(r, Path(tmp) / r.name, mirror, echo) for r in src.files]   # all checked first

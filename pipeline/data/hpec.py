@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from pipeline.data.cache import cached_arrays
+from pipeline.data import F32_MAX
 from pipeline.errors import DataError
 
 # Paper Table 1: the bias of each network size.
@@ -26,7 +27,6 @@ BIAS = {1024: -0.30, 4096: -0.35, 16384: -0.40, 65536: -0.45}
 # Known lengths of the official golden files (counted in the challenge's files).
 GOLDEN_COUNT = {(1024, 120): 1812}
 YMAX = 32.0
-F32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass

@@ -5,13 +5,13 @@ from __future__ import annotations
 import gzip
 import math
 import struct
-import zlib
 from pathlib import Path
 from typing import Optional, Tuple
 
 import numpy as np
 
 from pipeline.data.paths import find
+from pipeline.data import READ_ERRORS
 from pipeline.errors import DataError
 
 FETCH = "python -m pipeline.data.fetch mnist"
@@ -24,7 +24,7 @@ def read_idx(path: Path) -> np.ndarray:
     try:
         with opener(path, "rb") as f:
             data = f.read()
-    except (OSError, EOFError, zlib.error) as e:     # a directory, a truncated or corrupt gzip stream
+    except READ_ERRORS as e:     # a directory, a truncated or corrupt gzip stream
         raise DataError(f"{path}: cannot read ({e}); fetch it again with: {FETCH}") from e
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _DTYPES:
         raise DataError(f"{path}: not an IDX file (bad magic {data[:4].hex() or 'none: the file is empty'}); fetch it again "

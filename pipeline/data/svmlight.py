@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import gzip
 import math
-import zlib
 from pathlib import Path
 from typing import Optional, Tuple
 
 import numpy as np
 import scipy.sparse as sp
 
+from pipeline.data import READ_ERRORS, F32_MAX
 from pipeline.errors import DataError
 
-F32_MAX = float(np.finfo(np.float32).max)
 ID_MAX = 2 ** 31 - 1            # scikit-learn stores feature ids as int32
 
 
@@ -82,7 +81,7 @@ def find_bad_line(path: Path, n_features: Optional[int]) -> Optional[Tuple[int, 
 def _fail(path: Path, n_features: Optional[int], fallback: str):
     try:
         bad = find_bad_line(path, n_features)
-    except (OSError, EOFError, zlib.error) as e:     # a truncated or corrupt gzip stream
+    except READ_ERRORS as e:     # a truncated or corrupt gzip stream
         raise DataError(f"{path}: cannot be read ({type(e).__name__}: {e}); restore the file") from None
     if bad:
         raise DataError(f"{path}:{bad[0]}: {bad[1]}; fix or remove that line")

@@ -24,7 +24,6 @@ or the seeded generator of :mod:`pipeline.data.xc_synth`, both cached under ``ca
 from __future__ import annotations
 
 import gzip
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,6 +34,7 @@ import scipy.sparse as sp
 from numpy.lib.stride_tricks import sliding_window_view
 
 from pipeline.data.cache import cached_arrays, file_stamp
+from pipeline.data import READ_ERRORS
 from pipeline.errors import DataError
 
 BLOCK_BYTES = 16 << 20          # bytes parsed at a time (whole lines); bounds the parser's memory
@@ -401,7 +401,7 @@ def read_xc(path, block_bytes: int = BLOCK_BYTES) -> Tuple[XCSplit, int, int]:
     with _open(path) as f:
         try:
             head = f.read(max(block_bytes, 1 << 16))
-        except (OSError, EOFError, zlib.error) as e:
+        except READ_ERRORS as e:
             raise DataError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
         if head.startswith(b"\xef\xbb\xbf"):       # a UTF-8 byte-order mark
             head = head[3:]
@@ -422,7 +422,7 @@ def read_xc(path, block_bytes: int = BLOCK_BYTES) -> Tuple[XCSplit, int, int]:
                                     f"line {rows + last + 2}); fix the header's first number")
                 parts.append(tuple(part))
                 rows += n
-        except (OSError, EOFError, zlib.error) as e:     # a truncated or corrupt gzip stream
+        except READ_ERRORS as e:     # a truncated or corrupt gzip stream
             raise DataError(f"{path}: cannot be read past row {rows} ({type(e).__name__}: {e})") from None
     if rows < N:
         raise DataError(f"{path}:1: header declares {N} rows but the file has {rows}; fix the header's "

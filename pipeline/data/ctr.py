@@ -41,8 +41,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pipeline.data import READ_ERRORS
-from pipeline.data.cache import file_stamp
+from pipeline.data import READ_ERRORS, not_a_file
+from pipeline.data.cache import cached_arrays, file_stamp
 from pipeline.errors import ConfigError, DataError
 
 N_FEATURES = 1_000_000
@@ -390,7 +390,7 @@ def read(path, lay: Layout, n_features: int = N_FEATURES, rows: int = 0, progres
     the first that many samples only."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: {'is a directory, expected a file' if path.is_dir() else 'no such file'} "
+        raise DataError(f"{path}: {not_a_file(path)} "
                         f"({lay.format} click log)")
     split = _splitter(lay)
     plan = Plan(lay, lay.columns) if lay.columns and not lay.header else None
@@ -534,7 +534,6 @@ def source(cfg, size: str):
             return {"indptr": X.indptr.astype(np.int64), "indices": X.indices.astype(np.int32), "y": y}
         if f.stat().st_size <= PARSE_CACHE_BYTES:
             return rows_of(f, rows)
-        from pipeline.data.cache import cached_arrays
         import scipy.sparse as sp
         a = cached_arrays(cache_dir, f"ctr-{d.name}", {"v": 1, "file": file_stamp(f), "layout": lay.ident(),
                                                        "features": feats, "rows": rows}, build)

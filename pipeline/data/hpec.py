@@ -18,8 +18,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.data.cache import cached_arrays
 from pipeline.data import F32_MAX
+from pipeline.data.cache import cached_arrays
 from pipeline.errors import DataError
 
 # Paper Table 1: the bias of each network size.

@@ -15,7 +15,7 @@ from typing import Optional, Tuple
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.data import READ_ERRORS, F32_MAX
+from pipeline.data import F32_MAX, READ_ERRORS, not_a_file
 from pipeline.errors import DataError
 
 ID_MAX = 2 ** 31 - 1            # scikit-learn stores feature ids as int32
@@ -94,7 +94,7 @@ def load(path, n_features: Optional[int] = None) -> Tuple[sp.csr_matrix, np.ndar
 
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: {'is a directory, expected' if path.is_dir() else 'no such'} svmlight file")
+        raise DataError(f"{path}: {not_a_file(path)} (svmlight)")
     try:
         X, y = load_svmlight_file(str(path), n_features=n_features, dtype=np.float32, zero_based=False)
     except Exception as e:  # sklearn's messages name neither file nor line

@@ -33,8 +33,8 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.lib.stride_tricks import sliding_window_view
 
-from pipeline.data.cache import cached_arrays, file_stamp
 from pipeline.data import READ_ERRORS
+from pipeline.data.cache import cached_arrays, file_stamp
 from pipeline.errors import DataError
 
 BLOCK_BYTES = 16 << 20          # bytes parsed at a time (whole lines); bounds the parser's memory

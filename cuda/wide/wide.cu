@@ -885,6 +885,15 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
     }
     double lsum = 0.0;
     for (int t = 0; t < steps; t++, u += nw) {
+        // the data of the units ahead (edges and label of unit t + WPF, row pointers of t + WPF + 1,
+        // row of t + WPF + 2), issued first: in flight during the step boundary. Issued after the
+        // hot-row gather, the LR step at the full criteo-s shape took 3.01 us, not 2.82 (H100,
+        // 2026-11-26): the gather's shared-memory loads stalled (long scoreboard) right behind them.
+        load_edges(ef[WPF], ex[WPF], indices, data, p0[WPF], p1[WPF], j);
+        ey[WPF] = rw[WPF] >= 0 ? __ldg(y + rw[WPF]) : 0.f;
+        p0[WPF + 1] = rw[WPF + 1] >= 0 ? __ldg(indptr + rw[WPF + 1]) : 0;
+        p1[WPF + 1] = rw[WPF + 1] >= 0 ? __ldg(indptr + rw[WPF + 1] + 1) : 0;
+        rw[WPF + 2] = unit_row(order, u + (WPF + 2) * nw, n_units, n, grp);
         ROW p[WEPL];
         gather_rows(p, ef[0], ex[0], P, Psh, false);      // cold rows: in flight during the boundary
         float bpre = 0.f;
@@ -900,11 +909,6 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
         __syncthreads();
         gather_rows(p, ef[0], ex[0], P, Psh, true);       // hot rows as of this step's start
 #endif
-        load_edges(ef[WPF], ex[WPF], indices, data, p0[WPF], p1[WPF], j);
-        ey[WPF] = rw[WPF] >= 0 ? __ldg(y + rw[WPF]) : 0.f;
-        p0[WPF + 1] = rw[WPF + 1] >= 0 ? __ldg(indptr + rw[WPF + 1]) : 0;
-        p1[WPF + 1] = rw[WPF + 1] >= 0 ? __ldg(indptr + rw[WPF + 1] + 1) : 0;
-        rw[WPF + 2] = unit_row(order, u + (WPF + 2) * nw, n_units, n, grp);
         warp_step(ef[0], ex[0], p, p0[0], p1[0], rw[0], ey[0], j, lane, rs, indices, data, P, Psh, bb, bpre, T, Tsh,
                   tb, scale, A, Ash, ascale, lsum);
         __syncwarp();       // the next step's reads follow this step's updates of every lane of the warp

@@ -12,8 +12,10 @@ the commands:
 
     python3 scripts/gpu_suite.py list --models bcm_cnn
     python3 scripts/gpu_suite.py run --parts bench --suite my-runs.yaml
- Each part writes one JSON record named by date, GPU,
-commit and part (``2026-11-21T1347Z_H200_25f6c38_bench.json``); records worth keeping go to
+
+``--bench-pick`` / ``--sanitize-pick`` take some of a list by the numbers ``list`` prints ('1,14-17'),
+``--sanitize-tools memcheck`` one compute-sanitizer tool (default: memcheck and racecheck).
+Each part writes one JSON record named by date, GPU, commit and part (``2026-11-21T1347Z_H200_25f6c38_bench.json``); records worth keeping go to
 ``docs/gpu-runs/``. ``render`` rebuilds docs/gpu-results.md from any number of records, and the
 README's results table (between ``<!-- results:start -->`` and ``<!-- results:end -->``) from the
 headline measure of each model (``HEADLINES``):
@@ -131,12 +133,20 @@ def part_tests(out: Path, args) -> Dict[str, Any]:
                     msg = (el.get("message") or "")[:300]
             tests.append({"id": f"{tc.get('classname')}::{tc.get('name')}", "outcome": outcome,
                           "seconds": float(tc.get("time") or 0), "message": msg})
-    return {"rc": rc, "seconds": time.time() - t0, "tests": tests, "summary": _pytest_summary(tail)}
+    return {"rc": rc, "seconds": time.time() - t0, "tests": tests,
+            "summary": _pytest_summary(tail) or _count_summary(tests)}
 
 
 def _pytest_summary(text: str) -> str:
     lines = [l for l in text.splitlines() if re.search(r"\d+ (passed|failed|error)", l)]
     return lines[-1].strip("= ") if lines else ""
+
+
+def _count_summary(tests: List[Dict[str, Any]]) -> str:
+    """The outcome counts of the JUnit report, pytest's way ("1 failed, 7 passed"), where pytest
+    printed no summary line (`-qq` among the pytest arguments, or stopped before it)."""
+    n = {o: sum(t["outcome"] == o for t in tests) for o in ("failed", "error", "passed", "skipped")}
+    return ", ".join(f"{v} {o}" for o, v in n.items() if v)
 
 
 class Interrupted(Exception):
@@ -237,7 +247,7 @@ def part_sanitize(out: Path, args) -> Dict[str, Any]:
     for name, s in suites(args).items():
         configs = pick(s.sanitize, args.sanitize_pick)
         for overrides in configs[: args.sanitize_max or None]:
-            for tool in ("memcheck", "racecheck"):
+            for tool in sanitize_tools(args.sanitize_tools):
                 cmd = ["compute-sanitizer", "--tool", tool, "--print-limit", "20", sys.executable, "-m", "pipeline",
                        *overrides, "tracking.enabled=false", "progress=false", "backend=cuda",
                        "hydra.run.dir=/tmp/suite-sanitize"]
@@ -257,6 +267,19 @@ def part_sanitize(out: Path, args) -> Dict[str, Any]:
                 if _STOP["why"]:
                     return {"results": results}
     return {"results": results}
+
+
+SANITIZE_TOOLS = ("memcheck", "racecheck")
+
+
+def sanitize_tools(spec: str) -> List[str]:
+    """compute-sanitizer tools of the sanitize part: a comma-separated subset of SANITIZE_TOOLS, in
+    its order ('' = all)."""
+    want = [t.strip() for t in spec.split(",") if t.strip()]
+    bad = [t for t in want if t not in SANITIZE_TOOLS]
+    if bad:
+        raise SystemExit(f"--sanitize-tools: {', '.join(bad)}: not one of {', '.join(SANITIZE_TOOLS)}")
+    return [t for t in SANITIZE_TOOLS if not want or t in want]
 
 
 PARTS = {"tests": part_tests, "bench": part_bench, "sanitize": part_sanitize}
@@ -844,6 +867,8 @@ def main() -> None:
                    help="run only these of each suite's bench list, numbered from 1 as `list` prints them: '1,14-17'")
     r.add_argument("--sanitize-pick", default="",
                    help="run only these of each suite's sanitize list, numbered from 1 as `list` prints them")
+    r.add_argument("--sanitize-tools", default="",
+                   help="compute-sanitizer tools, comma-separated: memcheck, racecheck (default: both)")
     r.add_argument("--extra", action="append", default=[],
                    help="benchmark these overrides (a quoted string, repeatable) instead of the suites' bench lists")
     r.add_argument("--tag", default="", help="suffix for the JSON file names (after the part); records tagged "
@@ -910,6 +935,7 @@ def main() -> None:
             print(f"wrote the results table of {readme}")
         return
     a.models = [m for m in a.models.split(",") if m]
+    sanitize_tools(a.sanitize_tools)                     # a wrong tool name: refused before any part runs
     a.tree = Path(a.tree).resolve() if a.tree else None
     if a.tree is not None and not (a.tree / "pipeline").is_dir():
         raise SystemExit(f"error: --tree {a.tree} holds no pipeline/ package; unpack a checkout of the project there")

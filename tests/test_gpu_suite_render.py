@@ -261,3 +261,19 @@ def test_shortfalls_name_what_did_not_hold():
     assert gs.shortfalls([bad_tests, bench, san]) == [
         "tests: 1 failed, 2 passed", "1 of 3 benchmark runs failed",
         "1 of 2 sanitizer runs found errors or did not finish"]
+
+
+def test_sanitize_tools_and_summary_without_pytests_line():
+    """--sanitize-tools picks compute-sanitizer tools (always in memcheck, racecheck order; an unknown
+    one is refused by name); a tests record gets its outcome counts from the JUnit report when
+    pytest printed no summary line (-qq)."""
+    gs = _suite()
+    assert gs.sanitize_tools("") == ["memcheck", "racecheck"]
+    assert gs.sanitize_tools("racecheck, memcheck") == ["memcheck", "racecheck"]
+    assert gs.sanitize_tools("memcheck") == ["memcheck"]
+    with pytest.raises(SystemExit, match="synccheck: not one of memcheck, racecheck"):
+        gs.sanitize_tools("memcheck,synccheck")
+    tests = [{"outcome": "passed"}] * 7 + [{"outcome": "failed"}, {"outcome": "skipped"}]
+    assert gs._count_summary(tests) == "1 failed, 7 passed, 1 skipped"
+    assert gs._count_summary([]) == ""
+    assert gs._pytest_summary("....\n") == ""

@@ -15,10 +15,11 @@ the commands:
 
 ``--bench-pick`` / ``--sanitize-pick`` take some of a list by the numbers ``list`` prints ('1,14-17'),
 ``--sanitize-tools memcheck`` one compute-sanitizer tool (default: memcheck and racecheck).
-Each part writes one JSON record named by date, GPU, commit and part (``2026-11-21T1347Z_H200_25f6c38_bench.json``); records worth keeping go to
-``docs/gpu-runs/``. ``render`` rebuilds docs/gpu-results.md from any number of records, and the
-README's results table (between ``<!-- results:start -->`` and ``<!-- results:end -->``) from the
-headline measure of each model (``HEADLINES``):
+Each part writes one JSON record named by date, GPU, commit and part
+(``2026-11-21T1347Z_H200_25f6c38_bench.json``); records worth keeping go to ``docs/gpu-runs/``.
+``render`` rebuilds docs/gpu-results.md from any number of records, and the README's results table
+(between ``<!-- results:start -->`` and ``<!-- results:end -->``) from the headline measure of each
+model (``HEADLINES``):
 
     python3 scripts/gpu_suite.py render docs/gpu-runs/*.json
     python3 scripts/gpu_suite.py rename docs/gpu-runs/*.json      # records of other names

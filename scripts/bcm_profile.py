@@ -23,10 +23,8 @@ def main():
     ap.add_argument("--variants", nargs="+", default=["dft", "rfft", "fused"])
     ap.add_argument("--reps", type=int, default=20)
     a = ap.parse_args()
-    from pipeline.gpu.device import why_unavailable
-    reason = why_unavailable()
-    if reason:
-        sys.exit(f"error: {Path(__file__).name} needs a GPU: {reason}")
+    from pipeline.gpu.device import exit_without_gpu
+    exit_without_gpu(Path(__file__).name)
     import cupy
     import pycuda.driver as drv
     from pipeline.gpu import device

@@ -23,10 +23,8 @@ from omegaconf import OmegaConf
 def main(argv) -> None:
     if len(argv) != 4 or not all(s.isdigit() for s in argv[1:]):
         sys.exit("usage: python3 scripts/profile_sparse_dnn.py VARIANT N L IMAGES (e.g. cluster 65536 30 60000)")
-    from pipeline.gpu.device import why_unavailable
-    reason = why_unavailable()
-    if reason:
-        sys.exit(f"error: {Path(__file__).name} needs a GPU: {reason}")
+    from pipeline.gpu.device import exit_without_gpu
+    exit_without_gpu(Path(__file__).name)
     from pipeline.data import radixnet
     from pipeline.gpu import device
     from pipeline.models.sparse_dnn import gpu

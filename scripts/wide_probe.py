@@ -49,10 +49,8 @@ def main():
     ap.add_argument("--copy-gbps", type=float, default=0.0,
                     help="measured copy bandwidth for the 3x-floor line (0: measure it)")
     a = ap.parse_args()
-    from pipeline.gpu.device import why_unavailable
-    reason = why_unavailable()
-    if reason:
-        sys.exit(f"error: {Path(__file__).name} needs a GPU: {reason}")
+    from pipeline.gpu.device import exit_without_gpu
+    exit_without_gpu(Path(__file__).name)
     import cupy as cp
     from pipeline.data.ctr_synth import SHAPES, generate
     from pipeline.gpu import device, kernels

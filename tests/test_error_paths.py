@@ -101,3 +101,22 @@ def test_a_size_the_small_preset_replaces_is_named_as_not_used(cli):
     assert "size=small: model.rows=1000 model.vocab=20000 not used" in r.stderr
     r = cli("model=fewhot", "backend=cpu", "model.n_hot=[3]")
     assert r.returncode == 0 and "not used" not in r.stderr
+
+
+@pytest.mark.parametrize("script,args", [("bcm_profile.py", []), ("wide_probe.py", []),
+                                         ("profile_sparse_dnn.py", ["cluster", "1024", "3", "64"])])
+def test_gpu_scripts_without_a_gpu_end_in_one_line(script, args):
+    """The GPU-only profiling scripts, run without a usable GPU, exit non-zero with one line naming
+    the script and the reason (pipeline.gpu.device.exit_without_gpu), not a traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    from pipeline.gpu.device import why_unavailable
+    if why_unavailable() is None:
+        pytest.skip("a GPU is usable here: the script would profile")
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "scripts" / script), *args], capture_output=True, text=True,
+                       timeout=120, cwd=root)
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith(f"error: {script} needs a GPU: ") and "Traceback" not in r.stderr

@@ -390,8 +390,7 @@ def read(path, lay: Layout, n_features: int = N_FEATURES, rows: int = 0, progres
     the first that many samples only."""
     path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: {not_a_file(path)} "
-                        f"({lay.format} click log)")
+        raise DataError(f"{path}: {not_a_file(path)} ({lay.format} click log)")
     split = _splitter(lay)
     plan = Plan(lay, lay.columns) if lay.columns and not lay.header else None
     chunks = _Chunks(lay, plan, n_features, path) if plan else None

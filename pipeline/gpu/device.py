@@ -51,6 +51,14 @@ def why_unavailable() -> Optional[str]:
     return None
 
 
+def exit_without_gpu(script: str) -> None:
+    """For a GPU-only script (``scripts/``): end with a one-line error naming it and the reason when
+    no GPU is usable, instead of a traceback from the first CUDA import."""
+    reason = why_unavailable()
+    if reason:
+        raise SystemExit(f"error: {script} needs a GPU: {reason}")
+
+
 def why_no_torch() -> Optional[str]:
     """None when PyTorch is importable and sees a CUDA GPU (the framework baselines), else a reason."""
     try:

@@ -811,7 +811,7 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
                                shards=shards, shard_hot=hot, chunk=1, prefetch=0, hot_cache=hc, spread=True,
                                optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01, adagrad_issue_first=issue))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
-    assert tr.adagrad and tr.geo["nw"] == inflight and tr.geo["smem"] == 8 * hc * tr.kp
+    assert tr.adagrad and tr.geo["nw"] == inflight and tr.geo["smem"] == 8 * hc * tr.kp + (144 if hc else 0)
     assert tr.geo["ADA_ISSUE"] == int(issue)
     if issue:                                   # several tail batches of ITB (4) edges a lane
         assert np.diff(data.Xtr.indptr).max() > 32 * (1 + 4)
@@ -842,8 +842,8 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
 def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr):
     """What flow_warp with every feature cached (blocks of one warp, one sample a step) computes under
     the round-robin driver, with AdaGrad's accumulator global: at each step boundary block 0, 1, ...
-    in turn adds its step gradient into the model and reloads its rows; then each block in turn
-    runs its sample of the step on those rows and the live bias, each square going into the one
+    in turn adds its step gradients (rows and bias) into the model and reloads its rows and bias;
+    then each block in turn runs its sample of the step on those, each square going into the one
     accumulator the later blocks' steps see. p and A (float64 Params, summed shards) in place;
     returns the summed loss."""
     d = X.shape[1]
@@ -852,12 +852,16 @@ def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr):
     acc = np.concatenate([A.w[:, None], A.V], 1) if kp1 > 1 else A.w[:, None].copy()
     gh = np.zeros((nb, d, kp1))
     ph = np.zeros((nb, d, kp1))
+    gb, pb = np.zeros(nb), np.zeros(nb)
     lsum = 0.0
     for t in range(nsteps + 1):
         for b in range(nb):                        # boundary: flush, reload
             model += gh[b]
             gh[b] = 0.0
             ph[b] = model
+            p.b += gb[b]
+            gb[b] = 0.0
+            pb[b] = p.b
         if t == nsteps:
             break
         for b in range(nb):
@@ -866,8 +870,8 @@ def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr):
                 continue
             r = int(order[u])
             cols, xs = X.indices[X.indptr[r]:X.indptr[r + 1]], X.data[X.indptr[r]:X.indptr[r + 1]].astype(np.float64)
-            loss, dl, g = ref.row_terms(ph[b][cols], xs, p.b, y[r])
-            p.b += scale * dl
+            loss, dl, g = ref.row_terms(ph[b][cols], xs, pb[b], y[r])
+            gb[b] += scale * dl
             lsum += loss
             for i, f in enumerate(cols):
                 acc[f] += g[i] * g[i]
@@ -888,7 +892,7 @@ def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypat
     coordinate's step must see the squares every block issued to it before, as one global
     accumulator gives, not only its own block's since the step boundary (a block-local copy lets B
     blocks in flight step a hot coordinate up to sqrt(B) times too far). Checked against a NumPy
-    emulation of that schedule (hot rows as of each block's boundary, live bias, one accumulator)."""
+    emulation of that schedule (hot rows and bias as of each block's boundary, one accumulator)."""
     import sys
     import types
     from omegaconf import OmegaConf

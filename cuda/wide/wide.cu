@@ -355,6 +355,9 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 #ifndef BPF
 #define BPF 0                                         // design=warp: the bias shards read before the step boundary
 #endif
+#ifndef BC
+#define BC (HC > 0)                                   // the bias in the hot-row cache (see PB)
+#endif
 #define WG (32 / WS)                                  // lanes per sample
 #define KP ((K) > 0 ? (((K) + 4) & ~3) : 1)           // floats per packed parameter row
 #define BST 32                                        // float stride of the bias shards (own lines)
@@ -370,6 +373,7 @@ static_assert(OPT == 0 || OPT == 1, "OPT: 0 (SGD) or 1 (AdaGrad)");
 static_assert(ADA_AGG == 0 || ADA_AGG == 1, "ADA_AGG: 0 (an accumulator atomic per lane) or 1 (per warp and row)");
 static_assert(ADA_ISSUE == 0 || ADA_ISSUE == 1, "ADA_ISSUE: 0 or 1");
 static_assert(BPF == 0 || BPF == 1, "BPF: 0 or 1");
+static_assert(BC == 0 || (BC == 1 && HC > 0), "BC: 0, or 1 with the hot-row cache");
 #define ISSUE (OPT && !ADA_AGG && ADA_ISSUE && K == 0)   // see warp_apply
 #define ITB 4                                         // ISSUE: tail edges a lane takes at a time
 
@@ -384,9 +388,15 @@ static_assert(BPF == 0 || BPF == 1, "BPF: 0 or 1");
 // global accumulator as any other's (ada_step), so its step sees the squares of every block's
 // samples, not just this block's (a block-local copy lets B blocks in flight step a hot coordinate
 // up to sqrt(B) times too far within a step).
+// The bias is cached the same way (BC): PB, the bias (shards summed) as of the step's start, and
+// GBW, each warp's bias gradient of the step (a plain add by the warp's lane 0), which the boundary
+// adds into the block's shard before reloading PB. A step then reads no bias from L2 (one dependent
+// round trip fewer) and a block sends one bias RED a step, not one a warp.
 extern __shared__ float4 wsm4[];
 #define PH (reinterpret_cast<float*>(wsm4))
 #define GH (PH + HC * KP)
+#define PB (GH + HC * KP)
+#define GBW (PB + 1)                                  // 32 floats: a block has at most 32 warps
 
 __device__ __forceinline__ bool cached(int f) { return CACHED && f < HC; }
 
@@ -521,7 +531,25 @@ __device__ __forceinline__ void red_w(float* T, float* Tsh, int f, int rs, float
 // rsb) by coalesced REDs, GH = 0, PH = the model's hot rows (shards summed). A thread's entries are
 // loaded HSU at a time, all loads issued before the first is used: one L2 round trip, not one per entry.
 #define HSU 4
-__device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, const float* Psh, int rsb) {
+__device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, const float* Psh, float* tb,
+                                         const float* bb, int rsb) {
+#if BC
+    // the bias beside the rows: thread 0 adds the warps' step gradients into the block's shard and
+    // issues the loads of the bias shards before the rows' loads, and sums them after: their round
+    // trip overlaps the rows' (summed before the rows' loads were issued, the boundary took two round
+    // trips: LR at the full criteo-s shape 6.43 ms an epoch, not 6.14; H200, 2026-11-26)
+    float bs[NSH];
+    if (threadIdx.x == 0) {
+        float g = 0.f;
+        for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
+            g += GBW[w];
+            GBW[w] = 0.f;
+        }
+        if (g != 0.f) atomicAdd(tb + rsb * BST, g);
+#pragma unroll
+        for (int s = 0; s < NSH; s++) bs[s] = __ldcg(bb + s * BST);
+    }
+#endif
     for (int i0 = threadIdx.x; i0 < HC * KP; i0 += HSU * blockDim.x) {
         float a[HSU];
 #pragma unroll
@@ -549,6 +577,14 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
             if (i < HC * KP) PH[i] = a[u];
         }
     }
+#if BC
+    if (threadIdx.x == 0) {
+        float b = 0.f;
+#pragma unroll
+        for (int s = 0; s < NSH; s++) b += bs[s];
+        PB[0] = b;
+    }
+#endif
 }
 
 #if K == 0
@@ -794,7 +830,9 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
     const float* pv = p;
     float lin = 0.f;
     for (long long e = tail; e < c1; e += WG) lin += read_w(P, Psh, __ldcs(indices + e)) * __ldcs(data + e);
-#if BPF
+#if BC
+    if (j == 0) lin += PB[0];                             // the block's cached bias
+#elif BPF
     lin += bpre;                                          // read before the step boundary (see flow_warp)
 #else
     for (int s = j; s < NSH; s += WG) lin += __ldcg(bb + s * BST);
@@ -811,7 +849,9 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
         read_row(pt, P, Psh, __ldcs(indices + e));
         accumulate(pt, __ldcs(data + e), lin, a2, a3);
     }
-#if BPF
+#if BC
+    if (j == 0) lin += PB[0];                             // the block's cached bias
+#elif BPF
     lin += bpre;                                          // read before the step boundary (see flow_warp)
 #else
     for (int s = j; s < NSH; s += WG) lin += __ldcg(bb + s * BST);
@@ -830,7 +870,11 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
     const float d = r >= 0 ? __fdividef(1.f, 1.f + __expf(-z)) - yy : 0.f;
     const float g = scale * d;                             // the same in all lanes of the group
     const float gsum = cross_sum(g);
+#if BC
+    if (lane == 0 && gsum != 0.f) GBW[threadIdx.x >> 5] += gsum;   // the warp's own slot
+#else
     if (lane == 0 && gsum != 0.f) atomicAdd(tb + rs * BST, gsum);
+#endif
     if (AGG || g != 0.f)                                  // ADA_AGG: the whole warp (ada_steps)
         warp_apply(cf, cx, c1, tail, rs, indices, data, P, Psh, T, Tsh, OPT ? d : g, g != 0.f, A, Ash, ascale
 #if K > 0
@@ -841,7 +885,7 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
 }
 
 // Trains the units of the chunks order[0..n_order) with nw warps (warps past nw return at once, or,
-// with the hot-row cache, idle through the block's steps). Dynamic shared memory: 2 HC KP floats.
+// with the hot-row cache, idle through the block's steps). Dynamic shared memory: 2 HC KP floats (+ 36 with BC).
 // update=chunk: T/Tsh/tb alias P/Psh/bb (asynchronous, shard_writes = 1); update=batch: T is a
 // gradient buffer (shard_writes = 0: every gradient to T and tb[0]) committed by warp_commit.
 extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
@@ -860,6 +904,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
     const int steps = CACHED ? (n_units + nw - 1) / nw : (n_units - gw + nw - 1) / nw;
 #if CACHED
     for (int i = threadIdx.x; i < HC * KP; i += blockDim.x) GH[i] = 0.f;
+    if (BC && threadIdx.x < 32) GBW[threadIdx.x] = 0.f;
     const int rsb = shard_writes ? (int)(blockIdx.x % NSH) : 0;
 #endif
     // software pipeline over this warp's units u, u + nw, u + 2 nw, ...: at step t the edges and
@@ -897,7 +942,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
         ROW p[WEPL];
         gather_rows(p, ef[0], ex[0], P, Psh, false);      // cold rows: in flight during the boundary
         float bpre = 0.f;
-#if BPF
+#if BPF && !BC
         // the bias shards with the cold rows, as of before the boundary: their round trip overlaps it
         // (read after it, as without BPF, it is one more L2 round trip on every step's critical path:
         // no load moves above a barrier)
@@ -905,7 +950,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
 #endif
 #if CACHED
         __syncthreads();                                   // the block's previous step is done
-        hot_sync(T, Tsh, P, Psh, rsb);
+        hot_sync(T, Tsh, P, Psh, tb, bb, rsb);
         __syncthreads();
         gather_rows(p, ef[0], ex[0], P, Psh, true);       // hot rows as of this step's start
 #endif
@@ -925,7 +970,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
     }
 #if CACHED
     __syncthreads();
-    hot_sync(T, Tsh, P, Psh, rsb);                         // the last step's hot gradients
+    hot_sync(T, Tsh, P, Psh, tb, bb, rsb);                         // the last step's hot gradients
 #endif
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);

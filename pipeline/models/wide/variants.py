@@ -23,5 +23,6 @@ def packed_width(k: int) -> int:
 
 def hot_cache_bytes(hc: int, k: int) -> int:
     """Shared memory of the warp design's hot-row cache: the rows and their step gradient (AdaGrad's
-    accumulators stay in global memory)."""
-    return 8 * int(hc) * packed_width(int(k))
+    accumulators stay in global memory), and the cached bias with each warp's step gradient of it
+    (36 floats)."""
+    return 8 * int(hc) * packed_width(int(k)) + (4 * 36 if hc else 0)

@@ -391,6 +391,29 @@ def test_warp_geometry(k, ws):
     assert g["nw"] * g["WS"] == 1024 and (g["NSH"], g["HSH"]) == (1, 0)
 
 
+def test_hot_fixed_exponent():
+    """The fixed-point exponent of LR's cached step gradient: the largest step sum of a coordinate within
+    2^30, used only at a resolution of 2^-30 or finer; FM, no cache and update=batch keep float atomics."""
+    from pipeline.models.wide.variants import hot_fixed_exponent as hfe
+    e = hfe(0, 256, "chunk", 0.5 / 1024, 16)            # LR's defaults: lr 0.5, batch 1024, 8 warps x 2 samples
+    assert e == 37 and 16 * 0.5 / 1024 * 2.0 ** e <= 2.0 ** 30 < 2 * 16 * 0.5 / 1024 * 2.0 ** e
+    assert hfe(0, 256, "chunk", 0.02, 16) == 31         # AdaGrad: a step is at most adagrad_lr
+    assert hfe(0, 256, "chunk", 0.5 / 1024 * 1000.0, 16) == 0       # |x| up to 1000: too coarse, float
+    assert hfe(10, 256, "chunk", 1e-4, 16) == hfe(0, 0, "chunk", 1e-4, 16) == hfe(0, 256, "batch", 1e-4, 16) == 0
+    assert hfe(0, 256, "chunk", 0.0, 16) == hfe(0, 256, "chunk", 1e-30, 16) == 60
+    from omegaconf import OmegaConf
+    from pipeline.models.wide.gpu import warp_geometry
+    data = _geo_data()
+    base = dict(k=0, lr=0.5, warp_samples=2, edges_per_lane=0, batch_size=1024, inflight=0, inflight_batches=2,
+                warps_per_block=8, shards=8, shard_hot=64, prefetch=0, hot_cache=64, update="chunk")
+    xmax = float(np.abs(data.Xtr.data).max())
+    assert warp_geometry(OmegaConf.create(base), data, 132)["HQ"] == hfe(0, 64, "chunk", 0.5 / 1024 * xmax, 16) > 0
+    for off in (dict(hot_fixed_point=False), dict(hot_cache=0), dict(k=3), dict(update="batch")):
+        assert warp_geometry(OmegaConf.create({**base, **off}), data, 132)["HQ"] == 0, off
+    ada = warp_geometry(OmegaConf.create({**base, "optimizer": "adagrad", "adagrad_lr": 0.02}), data, 132)
+    assert ada["HQ"] == 31
+
+
 NVCC = __import__("shutil").which("nvcc")
 
 
@@ -462,6 +485,8 @@ inline double atomicAdd(double* p, double v) { std::lock_guard<std::mutex> l(g_a
 inline float4 atomicAdd(float4* p, float4 v) {
     std::lock_guard<std::mutex> l(g_atomic); float4 o = *p; p->x += v.x; p->y += v.y; p->z += v.z; p->w += v.w; return o; }
 inline float atomicExch(float* p, float v) { std::lock_guard<std::mutex> l(g_atomic); float o = *p; *p = v; return o; }
+inline int atomicAdd(int* p, int v) { std::lock_guard<std::mutex> l(g_atomic); int o = *p; *p += v; return o; }
+inline int __float2int_rn(float x) { return (int)std::nearbyint(x); }   // round to nearest even
 inline float __expf(float x) { return expf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 extern thread_local std::barrier<>* g_bar;                  // the lane's warp
@@ -741,6 +766,8 @@ def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shar
                                spread=spread, prefetch_bias=bpf))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
     assert tr.geo["HC"] == hc and (tr.geo["wpb"] == 1 or not hc) and tr.geo["BPF"] == int(bpf)
+    # LR's cached rows take their step gradient in fixed point (update=chunk), else float atomics
+    assert (tr.geo["HQ"] >= 30) == (k == 0 and hc > 0 and update == "chunk") and tr.geo["HQ"] in range(0, 61)
     if spread:                                          # the hot rows stay, the others move
         assert np.array_equal(tr.row[:tr.keep], np.arange(tr.keep)) and (tr.row[tr.keep:] != np.arange(tr.keep, data.d)).any()
         assert np.array_equal(np.sort(tr.row), np.arange(data.d))

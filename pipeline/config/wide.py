@@ -44,6 +44,7 @@ class WideConf(ModelConf):
     spread: bool = False         # design=warp: rows of features past the hot ones spread over lines (seeded)
     prefetch_bias: bool = False  # design=warp: the bias shards read with the cold rows, before the step boundary
     hot_cache: int = 0           # design=warp: most frequent features whose rows each block caches in shared memory
+    hot_fixed_point: bool = True # design=warp, LR, hot_cache, update=chunk: the cached rows' step gradient as int32 fixed point
     shuffle: bool = True         # reshuffle chunk order every epoch
     init_std: float = 0.01       # FM factors ~ N(0, init_std^2), seeded
     device_budget_mb: float = 0  # out-of-core when training data exceeds this (0: 60% of free memory)

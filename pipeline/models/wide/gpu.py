@@ -14,7 +14,8 @@ import numpy as np
 
 from pipeline.models.wide.prep import WideData
 from pipeline.models.wide.reference import Params, chunks_per_step
-from pipeline.models.wide.variants import HOT_CACHE_SMEM_MAX, hot_cache_bytes, packed_width  # noqa: F401
+from pipeline.models.wide.variants import (HOT_CACHE_SMEM_MAX, hot_cache_bytes, hot_fixed_exponent,  # noqa: F401
+                                           packed_width)
 
 STAGE_THREADS = 256
 
@@ -260,9 +261,17 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     ada = str(mc.get("optimizer", "sgd")) == "adagrad"
     agg = ada and bool(mc.get("adagrad_aggregate", False))     # warp-aggregated accumulator atomics
     issue = ada and not agg and k == 0 and bool(mc.get("adagrad_issue_first", False))   # LR, per lane
+    hq = 0
+    if hc and bool(mc.get("hot_fixed_point", True)):
+        # the largest per-edge gradient of a cached row: AdaGrad's step is at most adagrad_lr (its
+        # accumulator holds the step's own square); SGD's lr / batch x |delta| (< 1) x |x|
+        xmax = float(np.abs(data.Xtr.data).max()) if data.Xtr.nnz else 0.0
+        step = (float(mc.get("adagrad_lr", 0.0)) if ada
+                else float(mc.lr) / (batch_chunks * data.chunk) * xmax)
+        hq = hot_fixed_exponent(k, hc, str(mc.get("update", "chunk")), step, ws * max(1, min(wpb, nw)))
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
             "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "ADA_AGG": int(agg), "ADA_ISSUE": int(issue),
-            "BPF": int(bool(mc.get("prefetch_bias", False))), "smem": hot_cache_bytes(hc, k)}
+            "BPF": int(bool(mc.get("prefetch_bias", False))), "HQ": hq, "smem": hot_cache_bytes(hc, k)}
 
 
 class FlowWarpTrainer(_Base):
@@ -288,6 +297,8 @@ class FlowWarpTrainer(_Base):
         defines.update({k: geo[k] for k in ("WS", "WEPL", "NSH", "HSH", "WPF", "HC")})
         if geo["BPF"]:
             defines["BPF"] = 1
+        if geo["HQ"]:
+            defines["HQ"] = geo["HQ"]
         if geo["OPT"]:
             defines["OPT"] = geo["OPT"]
             defines["ADA_AGG"] = geo["ADA_AGG"]
@@ -338,7 +349,8 @@ class FlowWarpTrainer(_Base):
         return (f"flow design=warp{ada}: {g['nw']} warps in flight x {g['WS']} "
                 f"sample(s) ({g['WG']} lanes each, "
                 f"{g['WEPL']} edges/lane in registers, loaded {g['WPF']} steps ahead), {g['wpb']} warps/block, "
-                f"hot rows {g['HSH']} x {g['NSH']} shards, {g['HC']} hot rows cached per block, "
+                f"hot rows {g['HSH']} x {g['NSH']} shards, {g['HC']} hot rows cached per block"
+                + (f" (step gradient in fixed point, 2^-{g['HQ']})" if g["HQ"] else "") + ", "
                 f"packed rows of {self.kp} floats" + (f", rows past {self.keep} spread" if self.row is not None else ""))
 
     def set_params(self, p: Params) -> None:

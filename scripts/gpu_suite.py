@@ -165,14 +165,16 @@ def _on_signal(signum, frame):
         raise Interrupted(_STOP["why"])
 
 
-def _run(cmd: List[str], timeout: int, tree: Optional[Path] = None):
+def _run(cmd: List[str], timeout: int, tree: Optional[Path] = None, env: Optional[Dict[str, str]] = None):
     """(exit code, stdout + stderr) of ``cmd`` run from the project root (or from ``tree``, another
     checkout, with its own ``pipeline`` package first on the import path); 124 on timeout, 130 when
     this script is stopped meanwhile. Either way the child first gets SIGINT and ``GRACE_S`` seconds
-    to end cleanly (pytest then still writes its JUnit report), then SIGKILL."""
-    env = None
+    to end cleanly (pytest then still writes its JUnit report), then SIGKILL. ``env``: variables added
+    to this process's environment for the child."""
+    extra = dict(env or {})
+    env = dict(os.environ, **extra) if extra else None
     if tree is not None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        env = dict(os.environ, **extra, PYTHONPATH=os.pathsep.join(
             [str(tree)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != ROOT]))
     if _STOP["why"]:
         return 130, _STOP["why"]
@@ -254,7 +256,7 @@ def part_sanitize(out: Path, args) -> Dict[str, Any]:
                        "hydra.run.dir=/tmp/suite-sanitize"]
                 log(f"sanitize {tool} {name}: {' '.join(overrides)}")
                 t0 = time.time()
-                rc, text = _run(cmd, args.sanitize_timeout)
+                rc, text = _run(cmd, args.sanitize_timeout, env={"PIPELINE_CUDA_TOOL": f"compute-sanitizer {tool}"})
                 m = re.findall(r"ERROR SUMMARY: (\d+) error", text)
                 hazards = re.findall(r"RACECHECK SUMMARY: (\d+) hazard", text)
                 errs = int(m[-1]) if m else None

@@ -172,17 +172,20 @@ def window_pairs(X, window: int, hot: int):
 def chain_steps(k, sm, hots, timed, steps=4000):
     """us per grid-wide step exchanging H hot rows (p_chain), by (H, shards, lag)."""
     import cupy as cp
-    counter = cp.zeros(1, cp.uint32)
+    counter = cp.zeros(2, cp.uint32)                 # arrivals; [1]: a block gave up waiting (p_chain)
     out = {}
     for h in hots:
         for nsh in ((1,) if h == 0 else (1, 8)):
             hot = cp.zeros(max(h, 1) * nsh, cp.float32)
             for lag in (0, 1):
                 def chain(h=h, nsh=nsh, lag=lag, hot=hot):
-                    counter.fill(0)
+                    counter[:1].fill(0)
                     k("p_chain", "iiPiiP")((sm,), (256,), np.int32(steps), np.int32(lag), hot, np.int32(h),
                                            np.int32(nsh), counter)
                 out[h, nsh, lag] = timed(chain)[0] / steps * 1e3
+    if int(counter[1].get()):
+        raise SystemExit("wide_probe: p_chain's blocks were not all resident (a CUDA tool attached, or another "
+                         "process on the GPU): run it alone on the GPU")
     return out
 
 

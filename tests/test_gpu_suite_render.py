@@ -277,3 +277,15 @@ def test_sanitize_tools_and_summary_without_pytests_line():
     assert gs._count_summary(tests) == "1 failed, 7 passed, 1 skipped"
     assert gs._count_summary([]) == ""
     assert gs._pytest_summary("....\n") == ""
+
+
+def test_sanitize_runs_tell_the_child_a_cuda_tool_is_attached():
+    """The sanitize part's children get PIPELINE_CUDA_TOOL (the wide model then skips its spinning
+    grid-barrier probe, whose blocks racecheck does not keep resident), the rest of the environment kept."""
+    import sys
+    suite = _suite()
+    code = "import os; print(os.environ.get('PIPELINE_CUDA_TOOL'), bool(os.environ.get('PATH')))"
+    rc, out = suite._run([sys.executable, "-c", code], 60, env={"PIPELINE_CUDA_TOOL": "compute-sanitizer racecheck"})
+    assert rc == 0 and out.strip() == "compute-sanitizer racecheck True"
+    rc, out = suite._run([sys.executable, "-c", code], 60)
+    assert rc == 0 and out.strip().startswith("None")

@@ -174,7 +174,9 @@ def test_cli_gpu_official(cli):
     r = cli("model=sparse_dnn", "backend=cuda", "model.repeats=2")
     assert r.returncode == 0, r.stdout + r.stderr
     # the default: snig and the project's fastest (cluster) beside bf and cusparse
-    assert "FAIL" not in r.stdout and r.stdout.count("hpec-1024-l120") == 4
+    rows = [line.split() for line in r.stdout.splitlines() if line.startswith("hpec-1024-l120 ")]
+    assert "FAIL" not in r.stdout and len(rows) == 4, r.stdout           # the table's rows (not the headline)
+    assert all(row[5] == "ok" for row in rows), r.stdout               # the ok column: the golden check
     assert " cluster " in r.stdout and " snig " in r.stdout
     assert r.stdout.count("yes (2 passes bit-identical)") >= 3          # snig, cluster, bf (cusparse: no promise)
 

@@ -182,6 +182,8 @@ def test_gpu_cli_all_gpus(cli):
     r = cli("model=sparse_dnn", "backend=cuda", "model.gpus=0", "model.repeats=2")
     assert r.returncode == 0, r.stdout + r.stderr
     # the default command's rows: the paper's snig and the project's cluster, both baselines
-    assert "FAIL" not in r.stdout and r.stdout.count("hpec-1024-l120") == 4
+    rows = [line.split() for line in r.stdout.splitlines() if line.startswith("hpec-1024-l120 ")]
+    assert "FAIL" not in r.stdout and len(rows) == 4, r.stdout           # the table's rows (not the headline)
+    assert all(row[5] == "ok" for row in rows), r.stdout               # the ok column: the golden check
     for v in ("snig", "cluster", "bf", "cusparse"):
         assert f" {v} " in r.stdout, v

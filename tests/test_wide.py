@@ -1186,3 +1186,20 @@ def test_probe_window_pairs_counts_each_window_feature_once():
             feats = set(X[w0:w0 + window].indices.tolist())
             want += sorted(f for f in feats if f >= hot)
         assert got.tolist() == want, (window, hot)
+
+
+@pytest.mark.parametrize("var", ["PIPELINE_CUDA_TOOL", "CUDA_INJECTION64_PATH"])
+def test_publication_probe_is_skipped_under_a_cuda_tool(monkeypatch, var):
+    """Under compute-sanitizer (gpu_suite sets PIPELINE_CUDA_TOOL) the grid-barrier probe is not run:
+    racecheck does not keep its blocks resident, so it would spin; x_of_step_bound is NaN, and said."""
+    import math
+    import types
+    from pipeline.models.wide import gpu
+    monkeypatch.delenv("PIPELINE_CUDA_TOOL", raising=False)
+    monkeypatch.delenv("CUDA_INJECTION64_PATH", raising=False)
+    monkeypatch.setenv(var, "compute-sanitizer racecheck")
+    monkeypatch.setattr(gpu, "_PUBLISH", {})
+    notes = []
+    ctx = types.SimpleNamespace(device=types.SimpleNamespace(index=0, sm_count=132), notice=notes.append)
+    assert all(math.isnan(v) for v in gpu.publication_us(ctx))
+    assert len(notes) == 1 and var in notes[0] and "x_of_step_bound is NaN" in notes[0]

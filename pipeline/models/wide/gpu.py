@@ -586,10 +586,11 @@ def publication_us(ctx, steps: int = 2000) -> Tuple[float, float]:
     if dev in _PUBLISH:
         return _PUBLISH[dev]
     import os
-    if os.environ.get("CUDA_INJECTION64_PATH"):
+    tool = next((v for v in ("PIPELINE_CUDA_TOOL", "CUDA_INJECTION64_PATH") if os.environ.get(v)), None)
+    if tool:
         # under a CUDA tool (compute-sanitizer, a profiler): its instrumentation would be measured, and
         # the spinning grid barrier may not have every block resident
-        ctx.notice("a CUDA tool is attached (CUDA_INJECTION64_PATH): the grid-wide publication latency is not "
+        ctx.notice(f"a CUDA tool is attached ({tool}): the grid-wide publication latency is not "
                    "measured, x_of_step_bound is NaN")
         _PUBLISH[dev] = (math.nan, math.nan)
         return _PUBLISH[dev]
@@ -598,13 +599,17 @@ def publication_us(ctx, steps: int = 2000) -> Tuple[float, float]:
     from pipeline.gpu.timer import time_cuda
     chain = kernels.load("wide", "probe.cu").kernel("p_chain", "iiPiiP")
     sm = ctx.device.sm_count if ctx.device else 132
-    counter = cp.zeros(1, cp.uint32)
+    counter = cp.zeros(2, cp.uint32)                 # arrivals; [1]: a block gave up waiting (not all resident)
     hot = cp.zeros(1, cp.float32)
     out = []
     for lag in (0, 1):
         def run(lag=lag):
-            counter.fill(0)
+            counter[:1].fill(0)
             chain((sm,), (256,), np.int32(steps), np.int32(lag), hot, np.int32(0), np.int32(1), counter)
         out.append(time_cuda(run, ctx.cfg.bench).median_ms / steps * 1e3)
+    if int(counter[1].get()):
+        ctx.notice("the grid-wide publication probe's blocks were not all resident (a CUDA tool attached, or "
+                   "another process on the GPU): not measured, x_of_step_bound is NaN")
+        out = [math.nan, math.nan]
     _PUBLISH[dev] = (out[0], out[1])
     return _PUBLISH[dev]

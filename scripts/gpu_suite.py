@@ -171,11 +171,10 @@ def _run(cmd: List[str], timeout: int, tree: Optional[Path] = None, env: Optiona
     this script is stopped meanwhile. Either way the child first gets SIGINT and ``GRACE_S`` seconds
     to end cleanly (pytest then still writes its JUnit report), then SIGKILL. ``env``: variables added
     to this process's environment for the child."""
-    extra = dict(env or {})
-    env = dict(os.environ, **extra) if extra else None
+    env = dict(os.environ, **(env or {}))
     if tree is not None:
-        env = dict(os.environ, **extra, PYTHONPATH=os.pathsep.join(
-            [str(tree)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != ROOT]))
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(tree)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p) != ROOT])
     if _STOP["why"]:
         return 130, _STOP["why"]
     p = subprocess.Popen(cmd, cwd=tree or ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)

@@ -42,7 +42,7 @@ class WideConf(ModelConf):
     shard_hot: int = 0           # design=warp: most frequent features whose rows are sharded
     prefetch: int = 0            # design=warp: steps ahead the edges are loaded (0: 2, or 1 for big FM rows)
     spread: bool = False         # design=warp: rows of features past the hot ones spread over lines (seeded)
-    prefetch_bias: bool = False  # design=warp: the bias shards read with the cold rows, before the step boundary
+    prefetch_bias: bool = False  # design=warp, no hot_cache: the bias shards read with the cold rows, before the boundary
     hot_cache: int = 0           # design=warp: most frequent features whose rows each block caches in shared memory
     hot_fixed_point: bool = True # design=warp, LR, hot_cache, update=chunk: the cached rows' step gradient as int32 fixed point
     shuffle: bool = True         # reshuffle chunk order every epoch

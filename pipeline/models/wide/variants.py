@@ -1,7 +1,7 @@
 """The variants of model=wide_lr and model=wide_fm (cuWide), and the shared-memory limit of the warp
 design's hot-row cache, in one place: the config checks, the model and its GPU code all read these
 (this module imports nothing of the model's code)."""
-import numpy as np
+import math
 
 from pipeline.registry import BASELINE, OURS, Registry, VariantInfo
 
@@ -42,5 +42,5 @@ def hot_fixed_exponent(k: int, hc: int, update: str, step_bound: float, samples_
     bound = float(samples_per_block_step) * float(step_bound)
     if not bound > 0.0:
         return 60
-    e = int(np.floor(np.log2(2.0 ** 30 / bound)))
+    e = math.floor(math.log2(2.0 ** 30 / bound))
     return min(e, 60) if e >= 30 else 0

@@ -414,6 +414,33 @@ def test_hot_fixed_exponent():
     assert ada["HQ"] == 31
 
 
+def test_hot_square_exponent_and_the_cached_accumulators():
+    """AdaGrad with the hot rows' accumulators cached (model.adagrad_hot_cache, LR only): the squares'
+    fixed-point exponent keeps a block step's largest sum within 2^30 and is used only at a resolution
+    of 1e-5 of the smallest accumulator; the geometry turns the cache on only for LR AdaGrad with
+    per-lane atomics and a hot-row cache, and counts its shared memory."""
+    from pipeline.models.wide.variants import hot_cache_bytes, hot_square_exponent as hse
+    e = hse(16, 1.0, 0.01)                              # LR's defaults: 8 warps x 2 samples, |x| <= 1, init 0.01
+    assert e == 26 and 16 * 2.0 ** e <= 2.0 ** 30 < 2 * 16 * 2.0 ** e
+    assert hse(16, 1.0, 1e-4) == 0                      # 2^-26 > 1e-9: too coarse, float atomics
+    assert hse(16, 1.0, 0.0) == 0 and hse(1, 0.0, 0.01) == 60
+    assert hot_cache_bytes(256, 0, True) == hot_cache_bytes(256, 0) + 8 * 256
+    from omegaconf import OmegaConf
+    from pipeline.models.wide.gpu import warp_geometry
+    data = _geo_data()
+    base = dict(k=0, lr=0.5, warp_samples=2, edges_per_lane=0, batch_size=1024, inflight=0, inflight_batches=2,
+                warps_per_block=8, shards=8, shard_hot=64, prefetch=0, hot_cache=64, update="chunk",
+                optimizer="adagrad", adagrad_lr=0.02, adagrad_init=0.01)
+    xmax = float(np.abs(data.Xtr.data).max())
+    g = warp_geometry(OmegaConf.create(base), data, 132)
+    assert g["AHC"] == 1 and g["AQ"] == hse(16, xmax * xmax, 0.01) > 0 and g["smem"] == hot_cache_bytes(64, 0, True)
+    assert warp_geometry(OmegaConf.create({**base, "hot_fixed_point": False}), data, 132)["AQ"] == 0
+    for off in (dict(adagrad_hot_cache=False), dict(hot_cache=0), dict(k=3), dict(adagrad_aggregate=True),
+                dict(optimizer="sgd")):
+        g = warp_geometry(OmegaConf.create({**base, **off}), data, 132)
+        assert g["AHC"] == 0 and g["AQ"] == 0 and g["smem"] == hot_cache_bytes(g["HC"], off.get("k", 0)), off
+
+
 NVCC = __import__("shutil").which("nvcc")
 
 
@@ -810,17 +837,20 @@ def _param_and_accumulator_errors(tr, q, acc, k):
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
-@pytest.mark.parametrize("k,shards,hot,inflight,hc,issue", [
-    (0, 1, 0, 1, 0, False), (0, 8, 64, 4, 0, False), (10, 4, 32, 3, 0, False), (3, 2, 8, 4, 0, False),
-    (0, 4, 64, 4, 32, False), (10, 2, 8, 2, 16, False),
-    (0, 1, 0, 1, 0, True), (0, 8, 64, 4, 0, True), (0, 4, 64, 4, 32, True)])
-def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards, hot, inflight, hc, issue):
+@pytest.mark.parametrize("k,shards,hot,inflight,hc,issue,ahc", [
+    (0, 1, 0, 1, 0, False, False), (0, 8, 64, 4, 0, False, False), (10, 4, 32, 3, 0, False, False),
+    (3, 2, 8, 4, 0, False, False), (0, 4, 64, 4, 32, False, False), (10, 2, 8, 2, 16, False, False),
+    (0, 1, 0, 1, 0, True, False), (0, 8, 64, 4, 0, True, False), (0, 4, 64, 4, 32, True, False),
+    (0, 4, 64, 1, 32, False, True), (0, 4, 64, 1, 32, True, True)])
+def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards, hot, inflight, hc, issue, ahc):
     """model.optimizer=adagrad in the warp kernel (run on the host as above) with one sample a step
     (chunk = warp_samples = 1) and the warps one after another: each sample's accumulator atomics
     see every square before them, so the pass equals the reference's AdaGrad steps in that order,
     with the hot rows and their accumulators spread over the shards, and through the hot-row cache.
     issue (LR, model.adagrad_issue_first): a lane's atomics all issued before their steps, on rows of
-    ~200 edges with one in registers a lane, so each lane's tail takes several batches of ITB."""
+    ~200 edges with one in registers a lane, so each lane's tail takes several batches of ITB.
+    ahc (model.adagrad_hot_cache): the cached rows' accumulators in the block's shared memory, with
+    one block in flight (B = 1), where a step's normalisation is exactly the sequential one."""
     import sys
     import types
     from omegaconf import OmegaConf
@@ -836,10 +866,14 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
     mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update="chunk", warp_samples=1,
                                edges_per_lane=1 if issue else 0, inflight=inflight, warps_per_block=1 if hc else 0,
                                shards=shards, shard_hot=hot, chunk=1, prefetch=0, hot_cache=hc, spread=True,
-                               optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01, adagrad_issue_first=issue))
+                               optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01, adagrad_issue_first=issue,
+                               adagrad_hot_cache=ahc))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
-    assert tr.adagrad and tr.geo["nw"] == inflight and tr.geo["smem"] == 8 * hc * tr.kp + (144 if hc else 0)
-    assert tr.geo["ADA_ISSUE"] == int(issue)
+    assert tr.adagrad and tr.geo["nw"] == inflight
+    assert tr.geo["smem"] == 8 * hc * tr.kp + (144 if hc else 0) + (8 * hc if ahc else 0)
+    assert tr.geo["ADA_ISSUE"] == int(issue) and tr.geo["AHC"] == int(ahc)
+    if ahc:                                     # the step's squares in fixed point
+        assert tr.geo["AQ"] >= 24
     if issue:                                   # several tail batches of ITB (4) edges a lane
         assert np.diff(data.Xtr.indptr).max() > 32 * (1 + 4)
 
@@ -866,19 +900,23 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
     assert abs(loss * data.n / len(order) - want_loss) <= 1e-6
 
 
-def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr):
+def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr, hot_acc=False):
     """What flow_warp with every feature cached (blocks of one warp, one sample a step) computes under
     the round-robin driver, with AdaGrad's accumulator global: at each step boundary block 0, 1, ...
     in turn adds its step gradients (rows and bias) into the model and reloads its rows and bias;
     then each block in turn runs its sample of the step on those, each square going into the one
-    accumulator the later blocks' steps see. p and A (float64 Params, summed shards) in place;
-    returns the summed loss."""
+    accumulator the later blocks' steps see. hot_acc (model.adagrad_hot_cache): each block's squares
+    of the step go into its own copy instead, added to the accumulator at the next boundary (with the
+    rows), and a step is normalised by the accumulator as of the block's boundary + nb x the block's
+    squares of the step. p and A (float64 Params, summed shards) in place; returns the summed loss."""
     d = X.shape[1]
     kp1 = 1 if p.V is None else 1 + p.V.shape[1]
     model = np.concatenate([p.w[:, None], p.V], 1) if kp1 > 1 else p.w[:, None].copy()
     acc = np.concatenate([A.w[:, None], A.V], 1) if kp1 > 1 else A.w[:, None].copy()
     gh = np.zeros((nb, d, kp1))
     ph = np.zeros((nb, d, kp1))
+    ga = np.zeros((nb, d, kp1))                    # hot_acc: each block's squares of the step
+    ah = np.zeros((nb, d, kp1))                    # hot_acc: the accumulators as of the block's boundary
     gb, pb = np.zeros(nb), np.zeros(nb)
     lsum = 0.0
     for t in range(nsteps + 1):
@@ -886,6 +924,9 @@ def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr):
             model += gh[b]
             gh[b] = 0.0
             ph[b] = model
+            acc += ga[b]
+            ga[b] = 0.0
+            ah[b] = acc
             p.b += gb[b]
             gb[b] = 0.0
             pb[b] = p.b
@@ -901,8 +942,12 @@ def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr):
             gb[b] += scale * dl
             lsum += loss
             for i, f in enumerate(cols):
-                acc[f] += g[i] * g[i]
-                gh[b][f] += -alr * g[i] / np.sqrt(acc[f])
+                if hot_acc:
+                    ga[b][f] += g[i] * g[i]
+                    gh[b][f] += -alr * g[i] / np.sqrt(ah[b][f] + nb * ga[b][f])
+                else:
+                    acc[f] += g[i] * g[i]
+                    gh[b][f] += -alr * g[i] / np.sqrt(acc[f])
     p.w[:] = model[:, 0]
     A.w[:] = acc[:, 0]
     if kp1 > 1:
@@ -912,14 +957,17 @@ def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr):
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
-@pytest.mark.parametrize("k,shards", [(0, 1), (0, 4), (3, 1), (3, 2)])
-def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypatch, tmp_path, k, shards):
+@pytest.mark.parametrize("k,shards,hot_acc", [(0, 1, False), (0, 4, False), (3, 1, False), (3, 2, False),
+                                              (0, 1, True), (0, 4, True)])
+def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypatch, tmp_path, k, shards, hot_acc):
     """model.optimizer=adagrad with every feature in the hot-row cache and 8 blocks running each step
-    together (the round-robin driver: within a step block b runs after blocks 0..b-1): a cached
-    coordinate's step must see the squares every block issued to it before, as one global
-    accumulator gives, not only its own block's since the step boundary (a block-local copy lets B
-    blocks in flight step a hot coordinate up to sqrt(B) times too far). Checked against a NumPy
-    emulation of that schedule (hot rows and bias as of each block's boundary, one accumulator)."""
+    together (the round-robin driver: within a step block b runs after blocks 0..b-1). Global
+    accumulators (model.adagrad_hot_cache=false; FM always): a cached coordinate's step sees the
+    squares every block issued to it before, as one global accumulator gives. LR with
+    adagrad_hot_cache: the block's own squares of the step, scaled by the 8 blocks in flight, on top
+    of the accumulator as of its boundary (a block-local copy without the scale would let B blocks in
+    flight step a hot coordinate up to sqrt(B) times too far). Checked against a NumPy emulation of
+    that schedule (hot rows, bias and accumulators as of each block's boundary)."""
     import sys
     import types
     from omegaconf import OmegaConf
@@ -939,9 +987,10 @@ def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypat
     mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update="chunk", warp_samples=1,
                                edges_per_lane=0, inflight=nb, warps_per_block=1, shards=shards, shard_hot=16,
                                chunk=1, prefetch=0, hot_cache=32, spread=False,
-                               optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01))
+                               optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01, adagrad_hot_cache=hot_acc))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
     assert data.d == 32 and tr.geo["HC"] == 32 and tr.geo["nw"] == nb and tr.geo["wpb"] == 1
+    assert tr.geo["AHC"] == int(hot_acc)
     assert tr.nsh == shards and tr.geo["smem"] <= 16 * 4096
 
     _untimed(tr)
@@ -951,7 +1000,7 @@ def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypat
     tr.set_params(p0)
     order = rng.permutation(data.n_chunks)[:nb * 12 - 3].astype(np.int32)   # the last step not full
     q, acc = p0.astype(np.float64), ref.init_accumulator(data.d, k, 0.01)
-    want_lsum = _emulate_rr_adagrad(data.Xtr, data.ytr, q, acc, order, nb, 12, -0.5 / 256, 0.05)
+    want_lsum = _emulate_rr_adagrad(data.Xtr, data.ytr, q, acc, order, nb, 12, -0.5 / 256, 0.05, hot_acc)
     loss, _ = tr.epoch(order)
     err, aerr = _param_and_accumulator_errors(tr, q, acc, k)
     assert float(np.abs(q.w - p0.w).max()) > 1e-2                    # it trained
@@ -985,7 +1034,7 @@ def _host_adagrad_warps(monkeypatch, tmp_path, X, y, k, ws, shards, hot, infligh
                                edges_per_lane=epl, inflight=inflight, warps_per_block=1 if hc else 0,
                                shards=shards, shard_hot=hot, chunk=ws, prefetch=0, hot_cache=hc, spread=True,
                                optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01,
-                               adagrad_aggregate=aggregate))
+                               adagrad_aggregate=aggregate, adagrad_hot_cache=False))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
     assert tr.adagrad and tr.geo["ADA_AGG"] == int(aggregate) and tr.geo["nw"] == inflight
     assert k or lens.max() > wg * tr.geo["WEPL"]                       # LR: the tail loop runs

@@ -151,25 +151,28 @@ def test_warp_chunk_one_warp_equals_reference(compose, tmp_path, model, k, ds, h
     assert abs(loss * data.n / n_rows - want_loss) <= 1e-5
 
 
-@pytest.mark.parametrize("hc", [0, 16])
+@pytest.mark.parametrize("hc,ahc", [(0, True), (16, True), (16, False)])
 @pytest.mark.parametrize("model,k,ds,issue", [(*c, False) for c in WARP_CASES] + [(*c, True) for c in WARP_CASES if not c[1]])
-def test_warp_adagrad_one_sample_in_flight_equals_reference(compose, tmp_path, model, k, ds, hc, issue):
+def test_warp_adagrad_one_sample_in_flight_equals_reference(compose, tmp_path, model, k, ds, hc, ahc, issue):
     """model.optimizer=adagrad, one warp training one sample a step (chunk = warp_samples = 1,
     inflight = 1): the accumulators' atomics see every earlier square, so the epoch equals the
     reference's AdaGrad steps (fixed order) to 1e-5, with the hot rows sharded, with and without
-    the hot-row cache (whose accumulators are global, as the uncached rows'); LR also with
-    model.adagrad_issue_first (a lane's atomics issued before their steps)."""
+    the hot-row cache; with it, LR's cached rows' accumulators in the block's shared memory
+    (model.adagrad_hot_cache: one block, B = 1, so the same normalisation; its squares in fixed point)
+    or global; LR also with model.adagrad_issue_first (a lane's atomics issued before their steps)."""
     from pipeline.models.wide import gpu
     ov = [f"model={model}", f"dataset={ds}", "size=small", "batch_size=256", "model.update=chunk",
           "model.shuffle=false", "model.design=warp", "model.chunk=1", "model.warp_samples=1",
           "model.inflight=1", "model.shards=4", "model.shard_hot=16", f"model.hot_cache={hc}",
-          "model.optimizer=adagrad", f"model.adagrad_issue_first={str(issue).lower()}"]
+          "model.optimizer=adagrad", f"model.adagrad_issue_first={str(issue).lower()}",
+          f"model.adagrad_hot_cache={str(ahc).lower()}"]
     if k:
         ov.append(f"model.k={k}")
     cfg, ctx, data = make(compose, tmp_path, ov)
     m = cfg.model
     tr = gpu.FlowWarpTrainer(data, m, ctx)
     assert tr.geo["nw"] == 1 and tr.adagrad and tr.geo["ADA_ISSUE"] == int(issue)
+    assert tr.geo["AHC"] == int(ahc and hc > 0 and k == 0)
     order = np.arange(min(data.n_chunks, 3000), dtype=np.int32)     # 3000 sequential samples
     p0 = random_params(data, k, 7)
     tr.set_params(p0)
@@ -183,7 +186,7 @@ def test_warp_adagrad_one_sample_in_flight_equals_reference(compose, tmp_path, m
     if k:
         aerr = max(aerr, float(np.max(np.abs(got_acc.V - acc.V) / np.maximum(1.0, acc.V))))
     n_rows = min(data.n, len(order))
-    print(f"adagrad, one sample in flight, {model} k={k} {ds} hc={hc}: max |param - reference| = {err:.2e}, "
+    print(f"adagrad, one sample in flight, {model} k={k} {ds} hc={hc} ahc={tr.geo['AHC']}: max |param - reference| = {err:.2e}, "
           f"accumulators {aerr:.2e} (relative), loss {loss * data.n / n_rows:.6f} vs {want_loss:.6f}")
     assert float(np.max(np.abs(q.w - p0.w))) > 1e-3
     assert err <= 1e-5
@@ -240,15 +243,19 @@ def test_warp_adagrad_aggregated_one_warp_four_samples_equals_lane_order(compose
     assert abs(loss * data.n - want_lsum) <= 1e-5 * sum(len(s) for s in steps)
 
 
-# With the hot-row cache each step's AdaGrad accumulator is global (a block-local copy once made flow
-# end at 0.552 / 1.127 at 1 / 4 mini-batches in flight against the reference's 0.543; H200, 2026-11-25).
-@pytest.mark.parametrize("batches", (1, 4, 8, 16))
-def test_adagrad_final_val_loss_within_0003_of_cpu(cli, batches):
-    """model.optimizer=adagrad with 1, 4, 8, 16 mini-batches of samples in flight (asynchronous): the final
-    validation loss of flow within 0.003 of the sequential reference (cpu, the same AdaGrad)."""
+# With the hot-row cache a cached coordinate's step is normalised by the accumulator as of the step start +
+# the blocks in flight x its block's squares of the step (model.adagrad_hot_cache, the LR default). A
+# block-local copy without that scale once made flow end at 0.552 / 1.127 at 1 / 4 mini-batches in flight
+# against the reference's 0.543 (H200, 2026-11-25); model.adagrad_hot_cache=false keeps them global.
+@pytest.mark.parametrize("batches,extra", [(1, []), (2, []), (4, []), (8, []), (16, []),
+                                           (4, ["model.adagrad_hot_cache=false"])])
+def test_adagrad_final_val_loss_within_0003_of_cpu(cli, batches, extra):
+    """model.optimizer=adagrad with 1, 2, 4, 8, 16 mini-batches of samples in flight (asynchronous): the
+    final validation loss of flow within 0.003 of the sequential reference (cpu, the same AdaGrad), with
+    the hot rows' accumulators cached (the default) and at 4 in flight also global."""
     r = cli("model=wide_lr", "dataset=ctr_synth", "dataset.scale=0.02", "backend=cuda", "epochs=5",
             "batch_size=1024", "model.baselines=[cpu]", "model.optimizer=adagrad",
-            f"model.inflight_batches={batches}", timeout=600)
+            f"model.inflight_batches={batches}", *extra, timeout=600)
     print(r.stdout[-3000:], r.stderr[-2000:])
     assert r.returncode == 0
 

@@ -361,6 +361,12 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 #ifndef HQ
 #define HQ 0                                          // LR, hot-row cache: the step gradient in fixed point (see GHI)
 #endif
+#ifndef AHC
+#define AHC 0                                         // AdaGrad, LR, hot-row cache: the cached rows' accumulators too (see AH)
+#endif
+#ifndef AQ
+#define AQ 0                                          // AHC: the step's squares in fixed point, units of 2^-AQ (0: float)
+#endif
 #define WG (32 / WS)                                  // lanes per sample
 #define KP ((K) > 0 ? (((K) + 4) & ~3) : 1)           // floats per packed parameter row
 #define BST 32                                        // float stride of the bias shards (own lines)
@@ -378,6 +384,8 @@ static_assert(ADA_ISSUE == 0 || ADA_ISSUE == 1, "ADA_ISSUE: 0 or 1");
 static_assert(BPF == 0 || BPF == 1, "BPF: 0 or 1");
 static_assert(BC == 0 || (BC == 1 && HC > 0), "BC: 0, or 1 with the hot-row cache");
 static_assert(HQ >= 0 && HQ <= 60, "HQ: 0 (float) or the fixed-point exponent, <= 60");
+static_assert(AHC == 0 || AHC == 1, "AHC: 0 or 1");
+static_assert(AQ >= 0 && AQ <= 60, "AQ: 0 (float) or the fixed-point exponent, <= 60");
 #define ISSUE (OPT && !ADA_AGG && ADA_ISSUE && K == 0)   // see warp_apply
 #define ITB 4                                         // ISSUE: tail edges a lane takes at a time
 
@@ -388,10 +396,15 @@ static_assert(HQ >= 0 && HQ <= 60, "HQ: 0 (float) or the fixed-point exponent, <
 // reloads PH. A hot edge then costs a shared-memory read and a shared-memory atomic instead of a
 // contended L2 gather and RED on one of the few lines every sample touches; hot rows are read as
 // of the start of the step, as the cold ones are gathered.
-// AdaGrad (OPT = 1) keeps no accumulators in shared memory: a hot coordinate's square goes to the
-// global accumulator as any other's (ada_step), so its step sees the squares of every block's
-// samples, not just this block's (a block-local copy lets B blocks in flight step a hot coordinate
-// up to sqrt(B) times too far within a step).
+// AdaGrad (OPT = 1) without AHC keeps no accumulators in shared memory: a hot coordinate's square
+// goes to the global accumulator as any other's (ada_step), a returning atomic on the lines nearly
+// every sample touches. With AHC (LR), the block caches the hot rows' accumulators as it caches the
+// rows (AH: the model's at the step start, shards summed; GA: the block's squares of the step), and a
+// cached coordinate's step is normalised by AH + B x (the block's squares of the step up to its own
+// atomic), B = the blocks in flight: the squares the whole grid adds in the step up to then,
+// estimated from this block's. A block-local copy without the factor B missed the other blocks'
+// squares and let B blocks step a hot coordinate up to sqrt(B) times too far in the first steps
+// (docs/models/wide.md); with one block (B = 1) the two are the same.
 // The bias is cached the same way (BC): PB, the bias (shards summed) as of the step's start, and
 // GBW, each warp's bias gradient of the step (a plain add by the warp's lane 0), which the boundary
 // adds into the block's shard before reloading PB. A step then reads no bias from L2 (one dependent
@@ -409,6 +422,11 @@ extern __shared__ float4 wsm4[];
 #define GHI (reinterpret_cast<int*>(GH))
 #define HQS ((float)(1ull << HQ))
 #define GBW (PB + 1)                                  // 32 floats: a block has at most 32 warps
+#define HOTACC (AHC && OPT && K == 0 && CACHED && !ADA_AGG)
+#define AH (PB + 36)                                  // HOTACC: the cached rows' accumulators (HC floats)
+#define GA (AH + HC)                                  // HOTACC: the block's squares of the step (HC)
+#define GAI (reinterpret_cast<int*>(GA))              // AQ > 0: as int32 in units of 2^-AQ
+#define AQS ((float)(1ull << AQ))
 
 __device__ __forceinline__ bool cached(int f) { return CACHED && f < HC; }
 
@@ -459,6 +477,12 @@ __device__ __forceinline__ float* dst_row(float* T, float* Tsh, int f, int rs) {
 // with gg^2 in it).
 __device__ __forceinline__ float ada_finish(const float* A, const float* Ash, int f, int q, int rs, float seen,
                                             float gg, float ascale) {
+#if HOTACC
+    if (cached(f)) {                                  // the block's squares so far, scaled to the grid's
+        const float a = AH[f] + (float)gridDim.x * seen;
+        return a > 0.f ? ascale * gg / sqrtf(a) : 0.f;
+    }
+#endif
 #if SHARDED
     if (f < HSH) {
 #pragma unroll
@@ -471,6 +495,16 @@ __device__ __forceinline__ float ada_finish(const float* A, const float* Ash, in
 
 // the accumulator's returning atomic: this shard's accumulator of coordinate q with sq in it
 __device__ __forceinline__ float ada_add(float* A, float* Ash, int f, int q, int rs, float sq) {
+#if HOTACC
+    if (cached(f)) {                                  // the block's squares of the step, with sq in them
+#if AQ
+        const int sqi = __float2int_rn(sq * AQS);
+        return (float)(atomicAdd(GAI + f, sqi) + sqi) * (1.f / AQS);
+#else
+        return atomicAdd(GA + f, sq) + sq;
+#endif
+    }
+#endif
     return atomicAdd(dst_row(A, Ash, f, rs) + q, sq) + sq;
 }
 
@@ -551,7 +585,7 @@ __device__ __forceinline__ void red_w(float* T, float* Tsh, int f, int rs, float
 // loaded HSU at a time, all loads issued before the first is used: one L2 round trip, not one per entry.
 #define HSU 4
 __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, const float* Psh, float* tb,
-                                         const float* bb, int rsb) {
+                                         const float* bb, int rsb, float* A, float* Ash) {
 #if BC
     // the bias beside the rows: thread 0 adds the warps' step gradients into the block's shard and
     // issues the loads of the bias shards before the rows' loads, and sums them after: their round
@@ -571,6 +605,9 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
 #endif
     for (int i0 = threadIdx.x; i0 < HC * KP; i0 += HSU * blockDim.x) {
         float a[HSU];
+#if HOTACC
+        float aa[HSU];                                // the accumulators (K = 0: i = f)
+#endif
 #pragma unroll
         for (int u = 0; u < HSU; u++) {
             const int i = i0 + u * blockDim.x;
@@ -589,11 +626,32 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
                     atomicAdd(dst_row(T, Tsh, f, rsb) + i % KP, g);
                 }
 #endif
+#if HOTACC
+#if AQ
+                const int sq = GAI[i];
+                if (sq != 0) {
+                    GAI[i] = 0;
+                    atomicAdd(dst_row(A, Ash, f, rsb), (float)sq * (1.f / AQS));
+                }
+#else
+                const float sq = GA[i];
+                if (sq != 0.f) {
+                    GA[i] = 0.f;
+                    atomicAdd(dst_row(A, Ash, f, rsb), sq);
+                }
+#endif
+                aa[u] = __ldcg(A + i);
+#endif
                 a[u] = __ldcg(P + i);
 #if SHARDED
                 if (f < HSH) {
 #pragma unroll
-                    for (int r = 0; r < NSH - 1; r++) a[u] += __ldcg(Psh + (size_t)r * HSH * KP + i);
+                    for (int r = 0; r < NSH - 1; r++) {
+                        a[u] += __ldcg(Psh + (size_t)r * HSH * KP + i);
+#if HOTACC
+                        aa[u] += __ldcg(Ash + (size_t)r * HSH * KP + i);
+#endif
+                    }
                 }
 #endif
             }
@@ -601,7 +659,12 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
 #pragma unroll
         for (int u = 0; u < HSU; u++) {
             const int i = i0 + u * (int)blockDim.x;     // signed: no unsigned compare with HC = 0
-            if (i < HC * KP) PH[i] = a[u];
+            if (i < HC * KP) {
+                PH[i] = a[u];
+#if HOTACC
+                AH[i] = aa[u];
+#endif
+            }
         }
     }
 #if BC
@@ -912,7 +975,7 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
 }
 
 // Trains the units of the chunks order[0..n_order) with nw warps (warps past nw return at once, or,
-// with the hot-row cache, idle through the block's steps). Dynamic shared memory: 2 HC KP floats (+ 36 with BC).
+// with the hot-row cache, idle through the block's steps). Dynamic shared memory: 2 HC KP floats (+ 36 with BC, + 2 HC with HOTACC).
 // update=chunk: T/Tsh/tb alias P/Psh/bb (asynchronous, shard_writes = 1); update=batch: T is a
 // gradient buffer (shard_writes = 0: every gradient to T and tb[0]) committed by warp_commit.
 extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
@@ -931,6 +994,9 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
     const int steps = CACHED ? (n_units + nw - 1) / nw : (n_units - gw + nw - 1) / nw;
 #if CACHED
     for (int i = threadIdx.x; i < HC * KP; i += blockDim.x) GH[i] = 0.f;
+#if HOTACC
+    for (int i = threadIdx.x; i < HC; i += blockDim.x) GA[i] = 0.f;
+#endif
     if (BC && threadIdx.x < 32) GBW[threadIdx.x] = 0.f;
     const int rsb = shard_writes ? (int)(blockIdx.x % NSH) : 0;
 #endif
@@ -977,7 +1043,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
 #endif
 #if CACHED
         __syncthreads();                                   // the block's previous step is done
-        hot_sync(T, Tsh, P, Psh, tb, bb, rsb);
+        hot_sync(T, Tsh, P, Psh, tb, bb, rsb, A, Ash);
         __syncthreads();
         gather_rows(p, ef[0], ex[0], P, Psh, true);       // hot rows as of this step's start
 #endif
@@ -997,7 +1063,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
     }
 #if CACHED
     __syncthreads();
-    hot_sync(T, Tsh, P, Psh, tb, bb, rsb);                         // the last step's hot gradients
+    hot_sync(T, Tsh, P, Psh, tb, bb, rsb, A, Ash);                         // the last step's hot gradients
 #endif
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);

@@ -54,6 +54,7 @@ class WideConf(ModelConf):
     adagrad_init: float = 0.01   # adagrad: initial accumulator of squared gradients
     adagrad_aggregate: bool = False  # adagrad: one accumulator atomic per warp and row (false: per lane)
     adagrad_issue_first: bool = False  # adagrad, LR, per lane: a lane's accumulator atomics issued before their steps
+    adagrad_hot_cache: bool = True     # adagrad, LR, hot_cache: the cached rows' accumulators in shared memory too
     target_loss: Optional[float] = None   # time to quality: target validation loss (None: strict SGD's + margin)
     target_margin: float = 0.003 # time to quality: target = final val loss of strict mini-batch SGD + this
     evals_per_epoch: int = 1     # time to quality: validation evaluations an epoch (slices of the chunk order)
@@ -134,7 +135,8 @@ def _check(cfg) -> None:
             "0 (none) or a multiple of 4 up to 8192 features")
     opt = m.optimizer
     require(opt in OPTIMIZERS, "model.optimizer", opt, " or ".join(OPTIMIZERS))
-    require(hot_cache_bytes(m.hot_cache, m.k) <= HOT_CACHE_SMEM_MAX, "model.hot_cache", m.hot_cache,
+    ahc = opt == "adagrad" and m.k == 0 and bool(m.adagrad_hot_cache)
+    require(hot_cache_bytes(m.hot_cache, m.k, ahc) <= HOT_CACHE_SMEM_MAX, "model.hot_cache", m.hot_cache,
             f"fewer rows: with k={m.k} its 2 shared-memory copies must fit in {HOT_CACHE_SMEM_MAX // 1024} KB")
     if opt == "adagrad":
         require(m["update"] == "chunk", "model.update", m["update"], "chunk (model.optimizer=adagrad steps per sample)")

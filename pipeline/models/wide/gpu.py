@@ -15,7 +15,7 @@ import numpy as np
 from pipeline.models.wide.prep import WideData
 from pipeline.models.wide.reference import Params, chunks_per_step
 from pipeline.models.wide.variants import (HOT_CACHE_SMEM_MAX, hot_cache_bytes, hot_fixed_exponent,  # noqa: F401
-                                           packed_width)
+                                           hot_square_exponent, packed_width)
 
 STAGE_THREADS = 256
 
@@ -261,17 +261,23 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     ada = str(mc.get("optimizer", "sgd")) == "adagrad"
     agg = ada and bool(mc.get("adagrad_aggregate", False))     # warp-aggregated accumulator atomics
     issue = ada and not agg and k == 0 and bool(mc.get("adagrad_issue_first", False))   # LR, per lane
-    hq = 0
+    hq = aq = 0
+    xmax = float(np.abs(data.Xtr.data).max()) if data.Xtr.nnz else 0.0
+    spbs = ws * max(1, min(wpb, nw))                         # samples a block step
     if hc and bool(mc.get("hot_fixed_point", True)):
         # the largest per-edge gradient of a cached row: AdaGrad's step is at most adagrad_lr (its
         # accumulator holds the step's own square); SGD's lr / batch x |delta| (< 1) x |x|
-        xmax = float(np.abs(data.Xtr.data).max()) if data.Xtr.nnz else 0.0
         step = (float(mc.get("adagrad_lr", 0.0)) if ada
                 else float(mc.lr) / (batch_chunks * data.chunk) * xmax)
-        hq = hot_fixed_exponent(k, hc, str(mc.get("update", "chunk")), step, ws * max(1, min(wpb, nw)))
+        hq = hot_fixed_exponent(k, hc, str(mc.get("update", "chunk")), step, spbs)
+    # AdaGrad, LR: the hot rows' accumulators cached with them (not with the warp-aggregated atomics)
+    ahc = bool(ada and k == 0 and hc and not agg and mc.get("adagrad_hot_cache", True))
+    if ahc and bool(mc.get("hot_fixed_point", True)):
+        aq = hot_square_exponent(spbs, xmax * xmax, float(mc.get("adagrad_init", 0.0)))   # |delta| < 1
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
             "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "ADA_AGG": int(agg), "ADA_ISSUE": int(issue),
-            "BPF": int(bool(mc.get("prefetch_bias", False))), "HQ": hq, "smem": hot_cache_bytes(hc, k)}
+            "BPF": int(bool(mc.get("prefetch_bias", False))), "HQ": hq, "AHC": int(ahc), "AQ": aq,
+            "smem": hot_cache_bytes(hc, k, ahc)}
 
 
 class FlowWarpTrainer(_Base):
@@ -303,6 +309,9 @@ class FlowWarpTrainer(_Base):
             defines["OPT"] = geo["OPT"]
             defines["ADA_AGG"] = geo["ADA_AGG"]
             defines["ADA_ISSUE"] = geo["ADA_ISSUE"]
+            if geo["AHC"]:
+                defines["AHC"] = 1
+                defines["AQ"] = geo["AQ"]
         self.mod = kernels.load("wide", "wide.cu", defines=defines)
         self.train = self.mod.kernel("flow_warp", "PiPPPPiiPPPPPPifPPPf")
         kernels.require_block(self.train, 32 * max(1, min(geo["wpb"], geo["nw"])), "model.warps_per_block",
@@ -345,7 +354,9 @@ class FlowWarpTrainer(_Base):
     def describe(self) -> str:
         g = self.geo
         ada = (f", adagrad ({'warp-aggregated' if g['ADA_AGG'] else 'per-lane'} atomics"
-               f"{', issued first' if g.get('ADA_ISSUE') else ''})") if self.adagrad else ""
+               f"{', issued first' if g.get('ADA_ISSUE') else ''}"
+               + (", hot accumulators cached" + (f" (squares in fixed point, 2^-{g['AQ']})" if g["AQ"] else "")
+                  if g.get("AHC") else "") + ")") if self.adagrad else ""
         return (f"flow design=warp{ada}: {g['nw']} warps in flight x {g['WS']} "
                 f"sample(s) ({g['WG']} lanes each, "
                 f"{g['WEPL']} edges/lane in registers, loaded {g['WPF']} steps ahead), {g['wpb']} warps/block, "

@@ -23,11 +23,11 @@ def packed_width(k: int) -> int:
     return 1 if k == 0 else (k + 4) & ~3
 
 
-def hot_cache_bytes(hc: int, k: int) -> int:
-    """Shared memory of the warp design's hot-row cache: the rows and their step gradient (AdaGrad's
-    accumulators stay in global memory), and the cached bias with each warp's step gradient of it
-    (36 floats)."""
-    return 8 * int(hc) * packed_width(int(k)) + (4 * 36 if hc else 0)
+def hot_cache_bytes(hc: int, k: int, hot_accumulators: bool = False) -> int:
+    """Shared memory of the warp design's hot-row cache: the rows and their step gradient, the cached
+    bias with each warp's step gradient of it (36 floats), and with ``hot_accumulators`` (AdaGrad, LR:
+    ``model.adagrad_hot_cache``) the rows' accumulators and the step's squares (2 floats a row)."""
+    return 8 * int(hc) * packed_width(int(k)) + (4 * 36 if hc else 0) + (8 * int(hc) if hot_accumulators else 0)
 
 
 def hot_fixed_exponent(k: int, hc: int, update: str, step_bound: float, samples_per_block_step: int) -> int:
@@ -44,3 +44,17 @@ def hot_fixed_exponent(k: int, hc: int, update: str, step_bound: float, samples_
         return 60
     e = math.floor(math.log2(2.0 ** 30 / bound))
     return min(e, 60) if e >= 30 else 0
+
+
+def hot_square_exponent(samples_per_block_step: int, max_square: float, init: float) -> int:
+    """AdaGrad with the hot rows' accumulators cached (``model.adagrad_hot_cache``): the exponent E of
+    a block's squares of a step held as int32 in units of 2^-E (native shared-memory integer atomics
+    that return the sum, instead of compare-and-swap loops), or 0 for float atomics. E keeps the
+    largest step sum (``samples_per_block_step`` x ``max_square``) within 2^30 and is used only where
+    the resolution 2^-E is at most 1e-5 of the smallest accumulator (``init``, model.adagrad_init);
+    capped at 60."""
+    bound = float(samples_per_block_step) * float(max_square)
+    if not bound > 0.0:
+        return 60
+    e = min(math.floor(math.log2(2.0 ** 30 / bound)), 60)
+    return e if init > 0.0 and 2.0 ** -e <= 1e-5 * float(init) else 0

@@ -424,7 +424,7 @@ def test_hot_square_exponent_and_the_cached_accumulators():
     assert e == 26 and 16 * 2.0 ** e <= 2.0 ** 30 < 2 * 16 * 2.0 ** e
     assert hse(16, 1.0, 1e-4) == 0                      # 2^-26 > 1e-9: too coarse, float atomics
     assert hse(16, 1.0, 0.0) == 0 and hse(1, 0.0, 0.01) == 60
-    assert hot_cache_bytes(256, 0, True) == hot_cache_bytes(256, 0) + 8 * 256
+    assert hot_cache_bytes(256, 0, True) == hot_cache_bytes(256, 0) + 12 * 256
     from omegaconf import OmegaConf
     from pipeline.models.wide.gpu import warp_geometry
     data = _geo_data()
@@ -870,7 +870,7 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
                                adagrad_hot_cache=ahc))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
     assert tr.adagrad and tr.geo["nw"] == inflight
-    assert tr.geo["smem"] == 8 * hc * tr.kp + (144 if hc else 0) + (8 * hc if ahc else 0)
+    assert tr.geo["smem"] == 8 * hc * tr.kp + (144 if hc else 0) + (12 * hc if ahc else 0)
     assert tr.geo["ADA_ISSUE"] == int(issue) and tr.geo["AHC"] == int(ahc)
     if ahc:                                     # the step's squares in fixed point
         assert tr.geo["AQ"] >= 24
@@ -907,8 +907,9 @@ def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr, hot_acc=False
     then each block in turn runs its sample of the step on those, each square going into the one
     accumulator the later blocks' steps see. hot_acc (model.adagrad_hot_cache): each block's squares
     of the step go into its own copy instead, added to the accumulator at the next boundary (with the
-    rows), and a step is normalised by the accumulator as of the block's boundary + nb x the block's
-    squares of the step. p and A (float64 Params, summed shards) in place; returns the summed loss."""
+    rows), and a step is normalised by the accumulator as of the block's boundary + the block's
+    squares of the step so far + the other blocks' squares since its last boundary (the first step:
+    nb - 1 times its own). p and A (float64 Params, summed shards) in place; returns the summed loss."""
     d = X.shape[1]
     kp1 = 1 if p.V is None else 1 + p.V.shape[1]
     model = np.concatenate([p.w[:, None], p.V], 1) if kp1 > 1 else p.w[:, None].copy()
@@ -917,6 +918,7 @@ def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr, hot_acc=False
     ph = np.zeros((nb, d, kp1))
     ga = np.zeros((nb, d, kp1))                    # hot_acc: each block's squares of the step
     ah = np.zeros((nb, d, kp1))                    # hot_acc: the accumulators as of the block's boundary
+    da = np.zeros((nb, d, kp1))                    # hot_acc: the other blocks' squares since its last one
     gb, pb = np.zeros(nb), np.zeros(nb)
     lsum = 0.0
     for t in range(nsteps + 1):
@@ -925,6 +927,7 @@ def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr, hot_acc=False
             gh[b] = 0.0
             ph[b] = model
             acc += ga[b]
+            da[b] = acc - ah[b] - ga[b]
             ga[b] = 0.0
             ah[b] = acc
             p.b += gb[b]
@@ -944,7 +947,8 @@ def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr, hot_acc=False
             for i, f in enumerate(cols):
                 if hot_acc:
                     ga[b][f] += g[i] * g[i]
-                    gh[b][f] += -alr * g[i] / np.sqrt(ah[b][f] + nb * ga[b][f])
+                    others = da[b][f] if t > 0 else (nb - 1) * ga[b][f]
+                    gh[b][f] += -alr * g[i] / np.sqrt(ah[b][f] + ga[b][f] + others)
                 else:
                     acc[f] += g[i] * g[i]
                     gh[b][f] += -alr * g[i] / np.sqrt(acc[f])
@@ -964,10 +968,11 @@ def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypat
     together (the round-robin driver: within a step block b runs after blocks 0..b-1). Global
     accumulators (model.adagrad_hot_cache=false; FM always): a cached coordinate's step sees the
     squares every block issued to it before, as one global accumulator gives. LR with
-    adagrad_hot_cache: the block's own squares of the step, scaled by the 8 blocks in flight, on top
-    of the accumulator as of its boundary (a block-local copy without the scale would let B blocks in
-    flight step a hot coordinate up to sqrt(B) times too far). Checked against a NumPy emulation of
-    that schedule (hot rows, bias and accumulators as of each block's boundary)."""
+    adagrad_hot_cache: the accumulator as of the block's boundary + the block's own squares of the
+    step + the other blocks' squares of the last step (the first step: 7 times its own; a block-local
+    copy without the others' share would let B blocks in flight step a hot coordinate up to sqrt(B)
+    times too far). Checked against a NumPy emulation of that schedule (hot rows, bias and
+    accumulators as of each block's boundary)."""
     import sys
     import types
     from omegaconf import OmegaConf

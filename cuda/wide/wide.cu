@@ -400,11 +400,14 @@ static_assert(AQ >= 0 && AQ <= 60, "AQ: 0 (float) or the fixed-point exponent, <
 // goes to the global accumulator as any other's (ada_step), a returning atomic on the lines nearly
 // every sample touches. With AHC (LR), the block caches the hot rows' accumulators as it caches the
 // rows (AH: the model's at the step start, shards summed; GA: the block's squares of the step), and a
-// cached coordinate's step is normalised by AH + B x (the block's squares of the step up to its own
-// atomic), B = the blocks in flight: the squares the whole grid adds in the step up to then,
-// estimated from this block's. A block-local copy without the factor B missed the other blocks'
-// squares and let B blocks step a hot coordinate up to sqrt(B) times too far in the first steps
-// (docs/models/wide.md); with one block (B = 1) the two are the same.
+// cached coordinate's step is normalised by AH + the block's squares of the step up to its own
+// atomic + an estimate of the other blocks' squares of the step: what they added in the last step
+// (DA, measured at the boundary), or in the launch's first step (B - 1) x the block's own, B the
+// blocks in flight. A block-local copy without the other blocks' share let B blocks step a hot
+// coordinate up to sqrt(B) times too far in the first steps (docs/models/wide.md); scaling the
+// block's own squares by B in every step made a coordinate one sample of a block touches step too
+// little (a final loss 0.0047 above the reference at 16 mini-batches in flight, H100). With one block
+// (B = 1) the normalisation is the sequential one.
 // The bias is cached the same way (BC): PB, the bias (shards summed) as of the step's start, and
 // GBW, each warp's bias gradient of the step (a plain add by the warp's lane 0), which the boundary
 // adds into the block's shard before reloading PB. A step then reads no bias from L2 (one dependent
@@ -426,6 +429,7 @@ extern __shared__ float4 wsm4[];
 #define AH (PB + 36)                                  // HOTACC: the cached rows' accumulators (HC floats)
 #define GA (AH + HC)                                  // HOTACC: the block's squares of the step (HC)
 #define GAI (reinterpret_cast<int*>(GA))              // AQ > 0: as int32 in units of 2^-AQ
+#define DA (GA + HC)                                  // HOTACC: the other blocks' squares of the last step (HC)
 #define AQS ((float)(1ull << AQ))
 
 __device__ __forceinline__ bool cached(int f) { return CACHED && f < HC; }
@@ -478,8 +482,9 @@ __device__ __forceinline__ float* dst_row(float* T, float* Tsh, int f, int rs) {
 __device__ __forceinline__ float ada_finish(const float* A, const float* Ash, int f, int q, int rs, float seen,
                                             float gg, float ascale) {
 #if HOTACC
-    if (cached(f)) {                                  // the block's squares so far, scaled to the grid's
-        const float a = AH[f] + (float)gridDim.x * seen;
+    if (cached(f)) {                                  // + the block's squares so far + the others' estimated
+        const float da = DA[f];
+        const float a = AH[f] + seen + (da >= 0.f ? da : (float)(gridDim.x - 1) * seen);
         return a > 0.f ? ascale * gg / sqrtf(a) : 0.f;
     }
 #endif
@@ -606,7 +611,7 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
     for (int i0 = threadIdx.x; i0 < HC * KP; i0 += HSU * blockDim.x) {
         float a[HSU];
 #if HOTACC
-        float aa[HSU];                                // the accumulators (K = 0: i = f)
+        float aa[HSU], own[HSU];                      // the accumulators (K = 0: i = f), the block's squares flushed
 #endif
 #pragma unroll
         for (int u = 0; u < HSU; u++) {
@@ -628,18 +633,14 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
 #endif
 #if HOTACC
 #if AQ
-                const int sq = GAI[i];
-                if (sq != 0) {
-                    GAI[i] = 0;
-                    atomicAdd(dst_row(A, Ash, f, rsb), (float)sq * (1.f / AQS));
-                }
+                own[u] = (float)GAI[i] * (1.f / AQS);
 #else
-                const float sq = GA[i];
-                if (sq != 0.f) {
-                    GA[i] = 0.f;
-                    atomicAdd(dst_row(A, Ash, f, rsb), sq);
-                }
+                own[u] = GA[i];
 #endif
+                if (own[u] != 0.f) {
+                    GA[i] = 0.f;                          // (int 0 alike)
+                    atomicAdd(dst_row(A, Ash, f, rsb), own[u]);
+                }
                 aa[u] = __ldcg(A + i);
 #endif
                 a[u] = __ldcg(P + i);
@@ -662,6 +663,10 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
             if (i < HC * KP) {
                 PH[i] = a[u];
 #if HOTACC
+                // the squares the other blocks added since this block's last reload (one step's);
+                // -1 at the launch's first boundary (none yet)
+                const float old = AH[i];
+                DA[i] = old >= 0.f ? fmaxf(aa[u] - old - own[u], 0.f) : -1.f;
                 AH[i] = aa[u];
 #endif
             }
@@ -975,7 +980,7 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
 }
 
 // Trains the units of the chunks order[0..n_order) with nw warps (warps past nw return at once, or,
-// with the hot-row cache, idle through the block's steps). Dynamic shared memory: 2 HC KP floats (+ 36 with BC, + 2 HC with HOTACC).
+// with the hot-row cache, idle through the block's steps). Dynamic shared memory: 2 HC KP floats (+ 36 with BC, + 3 HC with HOTACC).
 // update=chunk: T/Tsh/tb alias P/Psh/bb (asynchronous, shard_writes = 1); update=batch: T is a
 // gradient buffer (shard_writes = 0: every gradient to T and tb[0]) committed by warp_commit.
 extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
@@ -995,7 +1000,10 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
 #if CACHED
     for (int i = threadIdx.x; i < HC * KP; i += blockDim.x) GH[i] = 0.f;
 #if HOTACC
-    for (int i = threadIdx.x; i < HC; i += blockDim.x) GA[i] = 0.f;
+    for (int i = threadIdx.x; i < HC; i += blockDim.x) {
+        GA[i] = 0.f;
+        AH[i] = -1.f;                                     // no reload yet (see hot_sync)
+    }
 #endif
     if (BC && threadIdx.x < 32) GBW[threadIdx.x] = 0.f;
     const int rsb = shard_writes ? (int)(blockIdx.x % NSH) : 0;

@@ -26,8 +26,9 @@ def packed_width(k: int) -> int:
 def hot_cache_bytes(hc: int, k: int, hot_accumulators: bool = False) -> int:
     """Shared memory of the warp design's hot-row cache: the rows and their step gradient, the cached
     bias with each warp's step gradient of it (36 floats), and with ``hot_accumulators`` (AdaGrad, LR:
-    ``model.adagrad_hot_cache``) the rows' accumulators and the step's squares (2 floats a row)."""
-    return 8 * int(hc) * packed_width(int(k)) + (4 * 36 if hc else 0) + (8 * int(hc) if hot_accumulators else 0)
+    ``model.adagrad_hot_cache``) the rows' accumulators, the block's squares of the step and the other
+    blocks' of the last step (3 floats a row)."""
+    return 8 * int(hc) * packed_width(int(k)) + (4 * 36 if hc else 0) + (12 * int(hc) if hot_accumulators else 0)
 
 
 def hot_fixed_exponent(k: int, hc: int, update: str, step_bound: float, samples_per_block_step: int) -> int:

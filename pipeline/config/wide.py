@@ -137,7 +137,8 @@ def _check(cfg) -> None:
     require(opt in OPTIMIZERS, "model.optimizer", opt, " or ".join(OPTIMIZERS))
     ahc = opt == "adagrad" and m.k == 0 and bool(m.adagrad_hot_cache)
     require(hot_cache_bytes(m.hot_cache, m.k, ahc) <= HOT_CACHE_SMEM_MAX, "model.hot_cache", m.hot_cache,
-            f"fewer rows: with k={m.k} its 2 shared-memory copies must fit in {HOT_CACHE_SMEM_MAX // 1024} KB")
+            f"fewer rows: with k={m.k} its shared memory (the rows and their gradient"
+            f"{', AdaGrad accumulators' if ahc else ''}) must fit in {HOT_CACHE_SMEM_MAX // 1024} KB")
     if opt == "adagrad":
         require(m["update"] == "chunk", "model.update", m["update"], "chunk (model.optimizer=adagrad steps per sample)")
         require(m.design == "warp", "model.design", m.design, "warp (model.optimizer=adagrad is in the warp kernel)")

@@ -588,7 +588,8 @@ def doc_table(files: Sequence[Any], experiments: Sequence[str] = (), index: Sequ
         head = (["run"] if label else []) + list(rows_cols)
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for (r, rows), t in zip(runs, toks):
-            lead = [f"`{' '.join(x for x in t if x not in common)}`"] if label else []
+            own = " ".join(x for x in t if x not in common)
+            lead = [f"`{own}`" if own else "(only those of every run)"] if label else []
             for row in rows:
                 lines.append("| " + " | ".join(lead + [_cell(row, c, decimals=dec) for c in rows_cols]) + " |")
         if label and common:

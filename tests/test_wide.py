@@ -837,12 +837,13 @@ def _param_and_accumulator_errors(tr, q, acc, k):
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
-@pytest.mark.parametrize("k,shards,hot,inflight,hc,issue,ahc", [
-    (0, 1, 0, 1, 0, False, False), (0, 8, 64, 4, 0, False, False), (10, 4, 32, 3, 0, False, False),
-    (3, 2, 8, 4, 0, False, False), (0, 4, 64, 4, 32, False, False), (10, 2, 8, 2, 16, False, False),
-    (0, 1, 0, 1, 0, True, False), (0, 8, 64, 4, 0, True, False), (0, 4, 64, 4, 32, True, False),
-    (0, 4, 64, 1, 32, False, True), (0, 4, 64, 1, 32, True, True)])
-def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards, hot, inflight, hc, issue, ahc):
+@pytest.mark.parametrize("k,shards,hot,inflight,hc,issue,ahc,fixed", [
+    (0, 1, 0, 1, 0, False, False, True), (0, 8, 64, 4, 0, False, False, True), (10, 4, 32, 3, 0, False, False, True),
+    (3, 2, 8, 4, 0, False, False, True), (0, 4, 64, 4, 32, False, False, True), (10, 2, 8, 2, 16, False, False, True),
+    (0, 1, 0, 1, 0, True, False, True), (0, 8, 64, 4, 0, True, False, True), (0, 4, 64, 4, 32, True, False, True),
+    (0, 4, 64, 1, 32, False, True, True), (0, 4, 64, 1, 32, True, True, True), (0, 4, 64, 1, 32, False, True, False)])
+def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards, hot, inflight, hc, issue, ahc,
+                                               fixed):
     """model.optimizer=adagrad in the warp kernel (run on the host as above) with one sample a step
     (chunk = warp_samples = 1) and the warps one after another: each sample's accumulator atomics
     see every square before them, so the pass equals the reference's AdaGrad steps in that order,
@@ -850,7 +851,9 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
     issue (LR, model.adagrad_issue_first): a lane's atomics all issued before their steps, on rows of
     ~200 edges with one in registers a lane, so each lane's tail takes several batches of ITB.
     ahc (model.adagrad_hot_cache): the cached rows' accumulators in the block's shared memory, with
-    one block in flight (B = 1), where a step's normalisation is exactly the sequential one."""
+    one block in flight (B = 1), where a step's normalisation is exactly the sequential one; its
+    squares (and the rows' step gradient) in fixed point, or with fixed = false
+    (model.hot_fixed_point) in float shared-memory atomics."""
     import sys
     import types
     from omegaconf import OmegaConf
@@ -867,13 +870,12 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
                                edges_per_lane=1 if issue else 0, inflight=inflight, warps_per_block=1 if hc else 0,
                                shards=shards, shard_hot=hot, chunk=1, prefetch=0, hot_cache=hc, spread=True,
                                optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01, adagrad_issue_first=issue,
-                               adagrad_hot_cache=ahc))
+                               adagrad_hot_cache=ahc, hot_fixed_point=fixed))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
     assert tr.adagrad and tr.geo["nw"] == inflight
     assert tr.geo["smem"] == 8 * hc * tr.kp + (144 if hc else 0) + (12 * hc if ahc else 0)
     assert tr.geo["ADA_ISSUE"] == int(issue) and tr.geo["AHC"] == int(ahc)
-    if ahc:                                     # the step's squares in fixed point
-        assert tr.geo["AQ"] >= 24
+    assert (tr.geo["AQ"] >= 24) == (ahc and fixed) and (tr.geo["HQ"] > 0) == (hc > 0 and fixed and k == 0)
     if issue:                                   # several tail batches of ITB (4) edges a lane
         assert np.diff(data.Xtr.indptr).max() > 32 * (1 + 4)
 

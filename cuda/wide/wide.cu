@@ -416,21 +416,34 @@ extern __shared__ float4 wsm4[];
 #define PH (reinterpret_cast<float*>(wsm4))
 #define GH (PH + HC * KP)
 #define PB (GH + HC * KP)
-// LR (K = 0) with HQ > 0: GH holds int32 in units of 2^-HQ (GHI). Shared-memory float atomics
-// compile to compare-and-swap loops (16 % of the LR step's stall samples, H200); an integer atomic is
-// one native instruction, and the integer sum is exact in any order. The host picks HQ so that the
-// largest step sum of a coordinate (samples a block step x the largest per-edge gradient) stays below
-// 2^30, and only where that leaves a resolution of 2^-30 or finer (hot_fixed_exponent).
-#define FIXED (HQ > 0 && K == 0 && CACHED)
-#define GHI (reinterpret_cast<int*>(GH))
-#define HQS ((float)(1ull << HQ))
+// LR (K = 0) with HQ > 0: GH holds int32 in units of 2^-HQ (step_add / step_take). Shared-memory
+// float atomics compile to compare-and-swap loops (16 % of the LR step's stall samples, H200); an
+// integer atomic is one native instruction, and the integer sum is exact in any order. The host picks
+// HQ so that the largest step sum of a coordinate (samples a block step x the largest per-edge
+// gradient) stays below 2^30, and only where that leaves a resolution of 2^-30 or finer
+// (hot_fixed_exponent); GA's squares likewise in units of 2^-AQ (hot_square_exponent).
+#define GHQ ((HQ > 0 && K == 0 && CACHED) ? HQ : 0)   // GH's fixed-point exponent (0: float)
 #define GBW (PB + 1)                                  // 32 floats: a block has at most 32 warps
 #define HOTACC (AHC && OPT && K == 0 && CACHED && !ADA_AGG)
 #define AH (PB + 36)                                  // HOTACC: the cached rows' accumulators (HC floats)
 #define GA (AH + HC)                                  // HOTACC: the block's squares of the step (HC)
-#define GAI (reinterpret_cast<int*>(GA))              // AQ > 0: as int32 in units of 2^-AQ
 #define DA (GA + HC)                                  // HOTACC: the other blocks' squares of the last step (HC)
-#define AQS ((float)(1ull << AQ))
+
+// A block's step sum in shared memory, float (E = 0) or int32 in units of 2^-E: step_add adds v to
+// entry i and returns the sum with v in it; step_take returns the sum and zeroes it (between barriers).
+template <int E>
+__device__ __forceinline__ float step_add(float* s, int i, float v) {
+    if (E == 0) return atomicAdd(s + i, v) + v;
+    const int q = __float2int_rn(v * (float)(1ull << E));
+    return (float)(atomicAdd(reinterpret_cast<int*>(s) + i, q) + q) * (1.f / (float)(1ull << E));
+}
+
+template <int E>
+__device__ __forceinline__ float step_take(float* s, int i) {
+    const float v = E == 0 ? s[i] : (float)reinterpret_cast<const int*>(s)[i] * (1.f / (float)(1ull << E));
+    if (v != 0.f) s[i] = 0.f;                         // (the int 0 alike)
+    return v;
+}
 
 __device__ __forceinline__ bool cached(int f) { return CACHED && f < HC; }
 
@@ -509,14 +522,7 @@ __device__ __forceinline__ float ada_finish(const float* A, const float* Ash, in
 // the accumulator's returning atomic: this shard's accumulator of coordinate q with sq in it
 __device__ __forceinline__ float ada_add(float* A, float* Ash, int f, int q, int rs, float sq) {
 #if HOTACC
-    if (cached(f)) {                                  // the block's squares of the step, with sq in them
-#if AQ
-        const int sqi = __float2int_rn(sq * AQS);
-        return (float)(atomicAdd(GAI + f, sqi) + sqi) * (1.f / AQS);
-#else
-        return atomicAdd(GA + f, sq) + sq;
-#endif
-    }
+    if (cached(f)) return step_add<AQ>(GA, f, sq);    // the block's squares of the step, with sq in them
 #endif
     return atomicAdd(dst_row(A, Ash, f, rs) + q, sq) + sq;
 }
@@ -582,15 +588,8 @@ __device__ __forceinline__ void ada_steps(float* A, float* Ash, int f, int rs, f
 
 // LR: the gradient of one edge (the block's cache for a hot feature, else the row or its shard)
 __device__ __forceinline__ void red_w(float* T, float* Tsh, int f, int rs, float g) {
-    if (cached(f)) {
-#if FIXED
-        atomicAdd(GHI + f, __float2int_rn(g * HQS));
-#else
-        atomicAdd(GH + f, g);
-#endif
-    } else {
-        atomicAdd(dst_row(T, Tsh, f, rs), g);
-    }
+    if (cached(f)) step_add<GHQ>(GH, f, g);
+    else atomicAdd(dst_row(T, Tsh, f, rs), g);
 }
 
 // Step boundary of the hot-row cache (between two barriers): GH -> the model (this block's shard
@@ -626,29 +625,11 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
             const int i = i0 + u * blockDim.x;
             if (i < HC * KP) {
                 const int f = i / KP;
-#if FIXED
-                const int gq = GHI[i];
-                if (gq != 0) {
-                    GHI[i] = 0;
-                    atomicAdd(dst_row(T, Tsh, f, rsb) + i % KP, (float)gq * (1.f / HQS));
-                }
-#else
-                const float g = GH[i];
-                if (g != 0.f) {
-                    GH[i] = 0.f;
-                    atomicAdd(dst_row(T, Tsh, f, rsb) + i % KP, g);
-                }
-#endif
+                const float g = step_take<GHQ>(GH, i);
+                if (g != 0.f) atomicAdd(dst_row(T, Tsh, f, rsb) + i % KP, g);
 #if HOTACC
-#if AQ
-                own[u] = (float)GAI[i] * (1.f / AQS);
-#else
-                own[u] = GA[i];
-#endif
-                if (own[u] != 0.f) {
-                    GA[i] = 0.f;                          // (int 0 alike)
-                    atomicAdd(dst_row(A, Ash, f, rsb), own[u]);
-                }
+                own[u] = step_take<AQ>(GA, i);
+                if (own[u] != 0.f) atomicAdd(dst_row(A, Ash, f, rsb), own[u]);
                 aa[u] = __ldcg(A + i);
 #endif
                 a[u] = __ldcg(P + i);

@@ -6,7 +6,7 @@ from omegaconf import MISSING
 
 from pipeline.config import DatasetConf, ModelConf, is_pow2, knob, register_variants, require, store, validator
 from pipeline.data.ctr import FORMATS as CLICK_LOGS, layout_of   # criteo, avazu, csv: the click-log reader
-from pipeline.models.wide.variants import FM, HOT_CACHE_SMEM_MAX, LR, hot_cache_bytes
+from pipeline.models.wide.variants import FM, HOT_CACHE_SMEM_MAX, LR, caches_hot_accumulators, hot_cache_bytes
 
 UPDATES = ("chunk", "batch")
 OPTIMIZERS = ("sgd", "adagrad")
@@ -135,7 +135,7 @@ def _check(cfg) -> None:
             "0 (none) or a multiple of 4 up to 8192 features")
     opt = m.optimizer
     require(opt in OPTIMIZERS, "model.optimizer", opt, " or ".join(OPTIMIZERS))
-    ahc = opt == "adagrad" and m.k == 0 and bool(m.adagrad_hot_cache)
+    ahc = caches_hot_accumulators(m)
     require(hot_cache_bytes(m.hot_cache, m.k, ahc) <= HOT_CACHE_SMEM_MAX, "model.hot_cache", m.hot_cache,
             f"fewer rows: with k={m.k} its shared memory (the rows and their gradient"
             f"{', AdaGrad accumulators' if ahc else ''}) must fit in {HOT_CACHE_SMEM_MAX // 1024} KB")

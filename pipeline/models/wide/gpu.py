@@ -14,8 +14,8 @@ import numpy as np
 
 from pipeline.models.wide.prep import WideData
 from pipeline.models.wide.reference import Params, chunks_per_step
-from pipeline.models.wide.variants import (HOT_CACHE_SMEM_MAX, hot_cache_bytes, hot_fixed_exponent,  # noqa: F401
-                                           hot_square_exponent, packed_width)
+from pipeline.models.wide.variants import (HOT_CACHE_SMEM_MAX, caches_hot_accumulators,  # noqa: F401
+                                           hot_cache_bytes, hot_fixed_exponent, hot_square_exponent, packed_width)
 
 STAGE_THREADS = 256
 
@@ -262,17 +262,18 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     agg = ada and bool(mc.get("adagrad_aggregate", False))     # warp-aggregated accumulator atomics
     issue = ada and not agg and k == 0 and bool(mc.get("adagrad_issue_first", False))   # LR, per lane
     hq = aq = 0
-    xmax = float(np.abs(data.Xtr.data).max()) if data.Xtr.nnz else 0.0
+    fixed = hc and bool(mc.get("hot_fixed_point", True))
+    x = data.Xtr.data
+    xmax = max(float(x.max()), -float(x.min())) if fixed and x.size else 0.0   # the largest |x|
     spbs = ws * max(1, min(wpb, nw))                         # samples a block step
-    if hc and bool(mc.get("hot_fixed_point", True)):
+    if fixed:
         # the largest per-edge gradient of a cached row: AdaGrad's step is at most adagrad_lr (its
         # accumulator holds the step's own square); SGD's lr / batch x |delta| (< 1) x |x|
         step = (float(mc.get("adagrad_lr", 0.0)) if ada
                 else float(mc.lr) / (batch_chunks * data.chunk) * xmax)
         hq = hot_fixed_exponent(k, hc, str(mc.get("update", "chunk")), step, spbs)
-    # AdaGrad, LR: the hot rows' accumulators cached with them (not with the warp-aggregated atomics)
-    ahc = bool(ada and k == 0 and hc and not agg and mc.get("adagrad_hot_cache", True))
-    if ahc and bool(mc.get("hot_fixed_point", True)):
+    ahc = bool(hc) and caches_hot_accumulators(mc)          # hc: the cache as the geometry rounds it
+    if ahc and fixed:
         aq = hot_square_exponent(spbs, xmax * xmax, float(mc.get("adagrad_init", 0.0)))   # |delta| < 1
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
             "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "ADA_AGG": int(agg), "ADA_ISSUE": int(issue),

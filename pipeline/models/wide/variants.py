@@ -40,11 +40,8 @@ def hot_fixed_exponent(k: int, hc: int, update: str, step_bound: float, samples_
     of 2^-30 or finer (below a float32 weight's rounding step for |w| >= 0.01); capped at 60."""
     if k or hc <= 0 or update != "chunk":
         return 0
-    bound = float(samples_per_block_step) * float(step_bound)
-    if not bound > 0.0:
-        return 60
-    e = math.floor(math.log2(2.0 ** 30 / bound))
-    return min(e, 60) if e >= 30 else 0
+    e = _int32_exponent(float(samples_per_block_step) * float(step_bound))
+    return e if e >= 30 else 0
 
 
 def hot_square_exponent(samples_per_block_step: int, max_square: float, init: float) -> int:
@@ -54,8 +51,19 @@ def hot_square_exponent(samples_per_block_step: int, max_square: float, init: fl
     largest step sum (``samples_per_block_step`` x ``max_square``) within 2^30 and is used only where
     the resolution 2^-E is at most 1e-5 of the smallest accumulator (``init``, model.adagrad_init);
     capped at 60."""
-    bound = float(samples_per_block_step) * float(max_square)
-    if not bound > 0.0:
-        return 60
-    e = min(math.floor(math.log2(2.0 ** 30 / bound)), 60)
+    e = _int32_exponent(float(samples_per_block_step) * float(max_square))
     return e if init > 0.0 and 2.0 ** -e <= 1e-5 * float(init) else 0
+
+
+def _int32_exponent(bound: float) -> int:
+    """The largest E <= 60 with bound x 2^E <= 2^30 (60 for a bound of 0): a step sum of at most
+    ``bound`` held as int32 in units of 2^-E stays one bit below int32's limit."""
+    return min(math.floor(math.log2(2.0 ** 30 / bound)), 60) if bound > 0.0 else 60
+
+
+def caches_hot_accumulators(mc) -> bool:
+    """AdaGrad with the warp design's hot-row cache, LR (``model.adagrad_hot_cache``): the cached rows'
+    accumulators in shared memory too (not with the warp-aggregated atomics, which add to global ones)."""
+    return (str(mc.get("optimizer", "sgd")) == "adagrad" and int(mc.get("k", 0)) == 0
+            and int(mc.get("hot_cache", 0)) > 0 and not bool(mc.get("adagrad_aggregate", False))
+            and bool(mc.get("adagrad_hot_cache", True)))

@@ -359,7 +359,7 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 #define BC (HC > 0)                                   // the bias in the hot-row cache (see PB)
 #endif
 #ifndef HQ
-#define HQ 0                                          // LR, hot-row cache: the step gradient in fixed point (see GHI)
+#define HQ 0                                          // LR, hot-row cache: the step gradient in fixed point (see GHQ)
 #endif
 #ifndef AHC
 #define AHC 0                                         // AdaGrad, LR, hot-row cache: the cached rows' accumulators too (see AH)

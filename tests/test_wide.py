@@ -773,9 +773,7 @@ def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shar
     reference's chunk steps in that warp-major order, every warp adding into its own shard.
     hc > 0: a block of one warp with its hot-row cache (rows read at the start of each step, the
     step's hot gradients added at its end, into the block's shard), which keeps that order exact.
-    bpf (model.prefetch_bias): the bias shards read with the cold rows, before the step boundary.
-    With spread, the cache's reload is issued at the step's start (model.hot_reload_early), the
-    block's own step sums added at the boundary; without, at the boundary."""
+    bpf (model.prefetch_bias): the bias shards read with the cold rows, before the step boundary."""
     import sys
     import types
     from omegaconf import OmegaConf
@@ -792,10 +790,9 @@ def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shar
     mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update=update, warp_samples=ws,
                                edges_per_lane=0, inflight=inflight, warps_per_block=1 if hc else 0,
                                shards=shards, shard_hot=hot, chunk=chunk, prefetch=0, hot_cache=hc,
-                               spread=spread, prefetch_bias=bpf, hot_reload_early=spread))
+                               spread=spread, prefetch_bias=bpf))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
     assert tr.geo["HC"] == hc and (tr.geo["wpb"] == 1 or not hc) and tr.geo["BPF"] == int(bpf)
-    assert tr.geo["HRE"] == (-(-hc * tr.kp // 32) if spread and hc * tr.kp <= 4 * 32 else 0)
     # LR's cached rows take their step gradient in fixed point (update=chunk), else float atomics
     assert (tr.geo["HQ"] >= 30) == (k == 0 and hc > 0 and update == "chunk") and tr.geo["HQ"] in range(0, 61)
     if spread:                                          # the hot rows stay, the others move
@@ -840,17 +837,13 @@ def _param_and_accumulator_errors(tr, q, acc, k):
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
-@pytest.mark.parametrize("k,shards,hot,inflight,hc,issue,ahc,fixed,early", [
-    (0, 1, 0, 1, 0, False, False, True, False), (0, 8, 64, 4, 0, False, False, True, False),
-    (10, 4, 32, 3, 0, False, False, True, False), (3, 2, 8, 4, 0, False, False, True, False),
-    (0, 4, 64, 4, 32, False, False, True, False), (10, 2, 8, 2, 16, False, False, True, False),
-    (0, 1, 0, 1, 0, True, False, True, False), (0, 8, 64, 4, 0, True, False, True, False),
-    (0, 4, 64, 4, 32, True, False, True, False), (0, 4, 64, 1, 32, False, True, True, False),
-    (0, 4, 64, 1, 32, True, True, True, False), (0, 4, 64, 1, 32, False, True, False, False),
-    (0, 4, 64, 4, 32, False, False, True, True), (3, 2, 8, 2, 8, False, False, True, True),
-    (0, 4, 64, 1, 32, False, True, True, True), (0, 4, 64, 1, 32, False, True, False, True)])
+@pytest.mark.parametrize("k,shards,hot,inflight,hc,issue,ahc,fixed", [
+    (0, 1, 0, 1, 0, False, False, True), (0, 8, 64, 4, 0, False, False, True), (10, 4, 32, 3, 0, False, False, True),
+    (3, 2, 8, 4, 0, False, False, True), (0, 4, 64, 4, 32, False, False, True), (10, 2, 8, 2, 16, False, False, True),
+    (0, 1, 0, 1, 0, True, False, True), (0, 8, 64, 4, 0, True, False, True), (0, 4, 64, 4, 32, True, False, True),
+    (0, 4, 64, 1, 32, False, True, True), (0, 4, 64, 1, 32, True, True, True), (0, 4, 64, 1, 32, False, True, False)])
 def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards, hot, inflight, hc, issue, ahc,
-                                               fixed, early):
+                                               fixed):
     """model.optimizer=adagrad in the warp kernel (run on the host as above) with one sample a step
     (chunk = warp_samples = 1) and the warps one after another: each sample's accumulator atomics
     see every square before them, so the pass equals the reference's AdaGrad steps in that order,
@@ -860,9 +853,7 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
     ahc (model.adagrad_hot_cache): the cached rows' accumulators in the block's shared memory, with
     one block in flight (B = 1), where a step's normalisation is exactly the sequential one; its
     squares (and the rows' step gradient) in fixed point, or with fixed = false
-    (model.hot_fixed_point) in float shared-memory atomics. early (model.hot_reload_early): the
-    cache's reload (rows, bias, accumulators) issued at the step's start, the block's own step sums
-    added at the boundary."""
+    (model.hot_fixed_point) in float shared-memory atomics."""
     import sys
     import types
     from omegaconf import OmegaConf
@@ -879,9 +870,9 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
                                edges_per_lane=1 if issue else 0, inflight=inflight, warps_per_block=1 if hc else 0,
                                shards=shards, shard_hot=hot, chunk=1, prefetch=0, hot_cache=hc, spread=True,
                                optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01, adagrad_issue_first=issue,
-                               adagrad_hot_cache=ahc, hot_fixed_point=fixed, hot_reload_early=early))
+                               adagrad_hot_cache=ahc, hot_fixed_point=fixed))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
-    assert tr.adagrad and tr.geo["nw"] == inflight and tr.geo["HRE"] == (-(-hc * tr.kp // 32) if early else 0)
+    assert tr.adagrad and tr.geo["nw"] == inflight
     assert tr.geo["smem"] == 8 * hc * tr.kp + (144 if hc else 0) + (12 * hc if ahc else 0)
     assert tr.geo["ADA_ISSUE"] == int(issue) and tr.geo["AHC"] == int(ahc)
     assert (tr.geo["AQ"] >= 24) == (ahc and fixed) and (tr.geo["HQ"] > 0) == (hc > 0 and fixed and k == 0)
@@ -911,7 +902,7 @@ def test_warp_adagrad_on_host_equals_reference(monkeypatch, tmp_path, k, shards,
     assert abs(loss * data.n / len(order) - want_loss) <= 1e-6
 
 
-def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr, hot_acc=False, early=False):
+def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr, hot_acc=False):
     """What flow_warp with every feature cached (blocks of one warp, one sample a step) computes under
     the round-robin driver, with AdaGrad's accumulator global: at each step boundary block 0, 1, ...
     in turn adds its step gradients (rows and bias) into the model and reloads its rows and bias;
@@ -920,9 +911,7 @@ def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr, hot_acc=False
     of the step go into its own copy instead, added to the accumulator at the next boundary (with the
     rows), and a step is normalised by the accumulator as of the block's boundary + the block's
     squares of the step so far + the other blocks' squares since its last boundary (the first step:
-    nb - 1 times its own). early (model.hot_reload_early): a block's reload is issued before the
-    boundary's first barrier, so it holds none of the boundary's flushes (its own added by the
-    block). p and A (float64 Params, summed shards) in place; returns the summed loss."""
+    nb - 1 times its own). p and A (float64 Params, summed shards) in place; returns the summed loss."""
     d = X.shape[1]
     kp1 = 1 if p.V is None else 1 + p.V.shape[1]
     model = np.concatenate([p.w[:, None], p.V], 1) if kp1 > 1 else p.w[:, None].copy()
@@ -935,19 +924,17 @@ def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr, hot_acc=False
     gb, pb = np.zeros(nb), np.zeros(nb)
     lsum = 0.0
     for t in range(nsteps + 1):
-        loaded = (model.copy(), acc.copy(), p.b)   # early: what the reloads issued before the boundary read
         for b in range(nb):                        # boundary: flush, reload
             model += gh[b]
-            ph[b] = loaded[0] + gh[b] if early else model
             gh[b] = 0.0
+            ph[b] = model
             acc += ga[b]
-            new = loaded[1] + ga[b] if early else acc.copy()
-            da[b] = new - ah[b] - ga[b]
+            da[b] = acc - ah[b] - ga[b]
             ga[b] = 0.0
-            ah[b] = new
+            ah[b] = acc
             p.b += gb[b]
-            pb[b] = loaded[2] + gb[b] if early else p.b
             gb[b] = 0.0
+            pb[b] = p.b
         if t == nsteps:
             break
         for b in range(nb):
@@ -976,11 +963,9 @@ def _emulate_rr_adagrad(X, y, p, A, order, nb, nsteps, scale, alr, hot_acc=False
 
 
 @pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
-@pytest.mark.parametrize("k,shards,hot_acc,early", [(0, 1, False, False), (0, 4, False, False), (3, 1, False, False),
-                                                    (3, 2, False, False), (0, 1, True, False), (0, 4, True, False),
-                                                    (0, 4, False, True), (3, 2, False, True), (0, 4, True, True)])
-def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypatch, tmp_path, k, shards, hot_acc,
-                                                                       early):
+@pytest.mark.parametrize("k,shards,hot_acc", [(0, 1, False), (0, 4, False), (3, 1, False), (3, 2, False),
+                                              (0, 1, True), (0, 4, True)])
+def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypatch, tmp_path, k, shards, hot_acc):
     """model.optimizer=adagrad with every feature in the hot-row cache and 8 blocks running each step
     together (the round-robin driver: within a step block b runs after blocks 0..b-1). Global
     accumulators (model.adagrad_hot_cache=false; FM always): a cached coordinate's step sees the
@@ -989,8 +974,7 @@ def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypat
     step + the other blocks' squares of the last step (the first step: 7 times its own; a block-local
     copy without the others' share would let B blocks in flight step a hot coordinate up to sqrt(B)
     times too far). Checked against a NumPy emulation of that schedule (hot rows, bias and
-    accumulators as of each block's boundary). early (model.hot_reload_early): the reloads read
-    before the boundary's flushes, the block's own added."""
+    accumulators as of each block's boundary)."""
     import sys
     import types
     from omegaconf import OmegaConf
@@ -1010,11 +994,9 @@ def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypat
     mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update="chunk", warp_samples=1,
                                edges_per_lane=0, inflight=nb, warps_per_block=1, shards=shards, shard_hot=16,
                                chunk=1, prefetch=0, hot_cache=32, spread=False,
-                               optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01, adagrad_hot_cache=hot_acc,
-                               hot_reload_early=early))
+                               optimizer="adagrad", adagrad_lr=0.05, adagrad_init=0.01, adagrad_hot_cache=hot_acc))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
     assert data.d == 32 and tr.geo["HC"] == 32 and tr.geo["nw"] == nb and tr.geo["wpb"] == 1
-    assert tr.geo["HRE"] == (tr.kp if early else 0)
     assert tr.geo["AHC"] == int(hot_acc)
     assert tr.nsh == shards and tr.geo["smem"] <= 16 * 4096
 
@@ -1025,7 +1007,7 @@ def test_warp_adagrad_hot_cache_blocks_in_flight_share_the_accumulator(monkeypat
     tr.set_params(p0)
     order = rng.permutation(data.n_chunks)[:nb * 12 - 3].astype(np.int32)   # the last step not full
     q, acc = p0.astype(np.float64), ref.init_accumulator(data.d, k, 0.01)
-    want_lsum = _emulate_rr_adagrad(data.Xtr, data.ytr, q, acc, order, nb, 12, -0.5 / 256, 0.05, hot_acc, early)
+    want_lsum = _emulate_rr_adagrad(data.Xtr, data.ytr, q, acc, order, nb, 12, -0.5 / 256, 0.05, hot_acc)
     loss, _ = tr.epoch(order)
     err, aerr = _param_and_accumulator_errors(tr, q, acc, k)
     assert float(np.abs(q.w - p0.w).max()) > 1e-2                    # it trained

@@ -367,9 +367,6 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 #ifndef AQ
 #define AQ 0                                          // AHC: the step's squares in fixed point, units of 2^-AQ (0: float)
 #endif
-#ifndef HRE
-#define HRE 0                                         // hot-row cache: entries of the reload a thread issues at the step's start (0: at the boundary; see hot_load)
-#endif
 #define WG (32 / WS)                                  // lanes per sample
 #define KP ((K) > 0 ? (((K) + 4) & ~3) : 1)           // floats per packed parameter row
 #define BST 32                                        // float stride of the bias shards (own lines)
@@ -389,7 +386,6 @@ static_assert(BC == 0 || (BC == 1 && HC > 0), "BC: 0, or 1 with the hot-row cach
 static_assert(HQ >= 0 && HQ <= 60, "HQ: 0 (float) or the fixed-point exponent, <= 60");
 static_assert(AHC == 0 || AHC == 1, "AHC: 0 or 1");
 static_assert(AQ >= 0 && AQ <= 60, "AQ: 0 (float) or the fixed-point exponent, <= 60");
-static_assert(HRE >= 0 && HRE <= 4, "HRE: 0..4 (at most HSU)");
 #define ISSUE (OPT && !ADA_AGG && ADA_ISSUE && K == 0)   // see warp_apply
 #define ITB 4                                         // ISSUE: tail edges a lane takes at a time
 
@@ -599,106 +595,59 @@ __device__ __forceinline__ void red_w(float* T, float* Tsh, int f, int rs, float
 // Step boundary of the hot-row cache (between two barriers): GH -> the model (this block's shard
 // rsb) by coalesced REDs, GH = 0, PH = the model's hot rows (shards summed). A thread's entries are
 // loaded HSU at a time, all loads issued before the first is used: one L2 round trip, not one per entry.
-// With HRE > 0 (hot_load) the loads were issued at the step's start, before the boundary's first
-// barrier, so their round trip overlaps the barrier's wait instead of following it; they cannot hold
-// the block's own step sums, flushed after them by the same thread (same address, program order), so
-// the boundary adds those itself (the rows' only where the REDs go into the model, shard_writes).
-// The other blocks' sums are seen as of the step's start instead of the boundary's.
 #define HSU 4
-struct HotEarly {                    // HRE: the reload's values, loaded at the step's start
-    float a[HRE > 0 ? HRE : 1];      // the rows (shards summed)
-    float aa[HRE > 0 ? HRE : 1];     // HOTACC: the accumulators (shards summed)
-    float bs;                        // BC, thread 0: the bias (shards summed)
-};
-
-// entry i of the hot rows (a) and, with HOTACC, of their accumulators (aa), shards summed: loads only
-__device__ __forceinline__ void hot_entry(int i, float& a, float& aa, const float* P, const float* Psh,
-                                          const float* A, const float* Ash) {
-    a = __ldcg(P + i);
-#if HOTACC
-    aa = __ldcg(A + i);
-#endif
-#if SHARDED
-    if (i / KP < HSH) {
-#pragma unroll
-        for (int r = 0; r < NSH - 1; r++) {
-            a += __ldcg(Psh + (size_t)r * HSH * KP + i);
-#if HOTACC
-            aa += __ldcg(Ash + (size_t)r * HSH * KP + i);
-#endif
-        }
-    }
-#endif
-}
-
-__device__ __forceinline__ float bias_load(const float* bb) {   // the bias shards, summed
-    float b = 0.f;
-#pragma unroll
-    for (int s = 0; s < NSH; s++) b += __ldcg(bb + s * BST);
-    return b;
-}
-
-// HRE: the next boundary's reload, issued at the step's start (the thread's entries of hot_sync)
-__device__ __forceinline__ void hot_load(HotEarly& e, const float* P, const float* Psh, const float* bb,
-                                         const float* A, const float* Ash) {
-#pragma unroll
-    for (int u = 0; u < HRE; u++) {
-        const int i = (int)threadIdx.x + u * (int)blockDim.x;
-        if (i < HC * KP) hot_entry(i, e.a[u], e.aa[u], P, Psh, A, Ash);
-    }
-#if BC
-    if (threadIdx.x == 0) e.bs = bias_load(bb);
-#endif
-}
-
-// EARLY (HRE > 0): the values of hot_load are used and only the flushes issued here
-template <bool EARLY>
 __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, const float* Psh, float* tb,
-                                         const float* bb, int rsb, float* A, float* Ash, int shard_writes,
-                                         const HotEarly& e) {
+                                         const float* bb, int rsb, float* A, float* Ash) {
 #if BC
     // the bias beside the rows: thread 0 adds the warps' step gradients into the block's shard and
     // issues the loads of the bias shards before the rows' loads, and sums them after: their round
     // trip overlaps the rows' (summed before the rows' loads were issued, the boundary took two round
     // trips: LR at the full criteo-s shape 6.43 ms an epoch, not 6.14; H200, 2026-11-26)
     float bs[NSH];
-    float gb = 0.f;
     if (threadIdx.x == 0) {
+        float g = 0.f;
         for (int w = 0; w < (int)(blockDim.x >> 5); w++) {
-            gb += GBW[w];
+            g += GBW[w];
             GBW[w] = 0.f;
         }
-        if (gb != 0.f) atomicAdd(tb + rsb * BST, gb);
-        if (!EARLY) {
+        if (g != 0.f) atomicAdd(tb + rsb * BST, g);
 #pragma unroll
-            for (int s = 0; s < NSH; s++) bs[s] = __ldcg(bb + s * BST);
-        }
+        for (int s = 0; s < NSH; s++) bs[s] = __ldcg(bb + s * BST);
     }
 #endif
-    constexpr int U = EARLY ? (HRE > 0 ? HRE : 1) : HSU;
-    for (int i0 = threadIdx.x; i0 < HC * KP; i0 += U * blockDim.x) {
-        float a[U], aa[U], own[U];                    // own: HOTACC, the block's squares flushed
+    for (int i0 = threadIdx.x; i0 < HC * KP; i0 += HSU * blockDim.x) {
+        float a[HSU];
+#if HOTACC
+        float aa[HSU], own[HSU];                      // the accumulators (K = 0: i = f), the block's squares flushed
+#endif
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+        for (int u = 0; u < HSU; u++) {
             const int i = i0 + u * blockDim.x;
             if (i < HC * KP) {
+                const int f = i / KP;
                 const float g = step_take<GHQ>(GH, i);
-                if (g != 0.f) atomicAdd(dst_row(T, Tsh, i / KP, rsb) + i % KP, g);
-                own[u] = 0.f;
+                if (g != 0.f) atomicAdd(dst_row(T, Tsh, f, rsb) + i % KP, g);
 #if HOTACC
                 own[u] = step_take<AQ>(GA, i);
-                if (own[u] != 0.f) atomicAdd(dst_row(A, Ash, i, rsb), own[u]);   // K = 0: i = f
+                if (own[u] != 0.f) atomicAdd(dst_row(A, Ash, f, rsb), own[u]);
+                aa[u] = __ldcg(A + i);
 #endif
-                if (EARLY) {                          // (i0 = threadIdx.x: one pass)
-                    a[u] = e.a[u] + (shard_writes ? g : 0.f);
-                    aa[u] = e.aa[u] + own[u];
-                } else {
-                    hot_entry(i, a[u], aa[u], P, Psh, A, Ash);
+                a[u] = __ldcg(P + i);
+#if SHARDED
+                if (f < HSH) {
+#pragma unroll
+                    for (int r = 0; r < NSH - 1; r++) {
+                        a[u] += __ldcg(Psh + (size_t)r * HSH * KP + i);
+#if HOTACC
+                        aa[u] += __ldcg(Ash + (size_t)r * HSH * KP + i);
+#endif
+                    }
                 }
+#endif
             }
         }
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+        for (int u = 0; u < HSU; u++) {
             const int i = i0 + u * (int)blockDim.x;     // signed: no unsigned compare with HC = 0
             if (i < HC * KP) {
                 PH[i] = a[u];
@@ -714,14 +663,9 @@ __device__ __forceinline__ void hot_sync(float* T, float* Tsh, const float* P, c
     }
 #if BC
     if (threadIdx.x == 0) {
-        float b;
-        if (EARLY) {
-            b = e.bs + (shard_writes ? gb : 0.f);
-        } else {
-            b = 0.f;
+        float b = 0.f;
 #pragma unroll
-            for (int s = 0; s < NSH; s++) b += bs[s];
-        }
+        for (int s = 0; s < NSH; s++) b += bs[s];
         PB[0] = b;
     }
 #endif
@@ -1075,13 +1019,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
         ey[a] = rw[a] >= 0 ? __ldg(y + rw[a]) : 0.f;
     }
     double lsum = 0.0;
-#if CACHED
-    HotEarly he;
-#endif
     for (int t = 0; t < steps; t++, u += nw) {
-#if CACHED && HRE > 0
-        hot_load(he, P, Psh, bb, A, Ash);                 // this step's boundary reload (see hot_sync)
-#endif
         // the data of the units ahead (edges and label of unit t + WPF, row pointers of t + WPF + 1,
         // row of t + WPF + 2), issued first: in flight during the step boundary. Issued after the
         // hot-row gather, the LR step at the full criteo-s shape took 3.01 us, not 2.82 (H100,
@@ -1105,7 +1043,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
 #endif
 #if CACHED
         __syncthreads();                                   // the block's previous step is done
-        hot_sync<(HRE > 0)>(T, Tsh, P, Psh, tb, bb, rsb, A, Ash, shard_writes, he);
+        hot_sync(T, Tsh, P, Psh, tb, bb, rsb, A, Ash);
         __syncthreads();
         gather_rows(p, ef[0], ex[0], P, Psh, true);       // hot rows as of this step's start
 #endif
@@ -1126,7 +1064,7 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
     }
 #if CACHED
     __syncthreads();
-    hot_sync<false>(T, Tsh, P, Psh, tb, bb, rsb, A, Ash, shard_writes, he);   // the last step's hot gradients
+    hot_sync(T, Tsh, P, Psh, tb, bb, rsb, A, Ash);                         // the last step's hot gradients
 #endif
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);

@@ -45,7 +45,6 @@ class WideConf(ModelConf):
     prefetch_bias: bool = False  # design=warp, no hot_cache: the bias shards read with the cold rows, before the boundary
     hot_cache: int = 0           # design=warp: most frequent features whose rows each block caches in shared memory
     hot_fixed_point: bool = True # design=warp, LR, hot_cache, update=chunk: the cached rows' step gradient as int32 fixed point
-    hot_reload_early: bool = True    # design=warp, hot_cache: the boundary's reload issued at the step's start
     shuffle: bool = True         # reshuffle chunk order every epoch
     init_std: float = 0.01       # FM factors ~ N(0, init_std^2), seeded
     device_budget_mb: float = 0  # out-of-core when training data exceeds this (0: 60% of free memory)

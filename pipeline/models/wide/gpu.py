@@ -275,15 +275,10 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     ahc = bool(hc) and caches_hot_accumulators(mc)          # hc: the cache as the geometry rounds it
     if ahc and fixed:
         aq = hot_square_exponent(spbs, xmax * xmax, float(mc.get("adagrad_init", 0.0)))   # |delta| < 1
-    # model.hot_reload_early: the thread's entries of the boundary's reload (HC KP over the block's
-    # threads) held in registers from the step's start; more than hot_sync's 4 at a time: at the boundary
-    threads = 32 * max(1, min(wpb, nw))
-    hre = -(-hc * kp // threads) if hc and bool(mc.get("hot_reload_early", False)) else 0
-    hre = hre if hre <= 4 else 0
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
             "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "ADA_AGG": int(agg), "ADA_ISSUE": int(issue),
             "BPF": int(bool(mc.get("prefetch_bias", False))), "HQ": hq, "AHC": int(ahc), "AQ": aq,
-            "HRE": hre, "smem": hot_cache_bytes(hc, k, ahc)}
+            "smem": hot_cache_bytes(hc, k, ahc)}
 
 
 class FlowWarpTrainer(_Base):
@@ -311,8 +306,6 @@ class FlowWarpTrainer(_Base):
             defines["BPF"] = 1
         if geo["HQ"]:
             defines["HQ"] = geo["HQ"]
-        if geo["HRE"]:
-            defines["HRE"] = geo["HRE"]
         if geo["OPT"]:
             defines["OPT"] = geo["OPT"]
             defines["ADA_AGG"] = geo["ADA_AGG"]

@@ -47,13 +47,21 @@ def run(cfg: DictConfig, out_dir: Optional[Path] = None, echo: bool = True) -> R
         return _run(cfg, cls, out_dir, echo, gpus)
 
 
+def device_tags(dev) -> dict:
+    """The GPU's size, as tags: runs on GPUs of one name but other SM counts or L2 sizes (a MIG
+    slice; whether a model's table stays in L2) can be told apart in the MLflow UI. None: no tags."""
+    if dev is None:
+        return {}
+    return {"gpu_sms": dev.sm_count, "gpu_l2_mib": round(dev.l2_bytes / 2 ** 20, 1)}
+
+
 def _run(cfg: DictConfig, cls, out_dir: Path, echo: bool, gpus: "pool.Claim") -> Report:
     job = JobRun(cfg)
     with job.active():
         ctx = make_context(cfg, out_dir)
         ctx.epoch_sink = job.log_epoch
         job.set_tags({"backend": ctx.backend, "size": ctx.size,
-                      "gpu": ctx.device.name if ctx.device else "none", **gpus.tags()})
+                      "gpu": ctx.device.name if ctx.device else "none", **device_tags(ctx.device), **gpus.tags()})
         if gpus.shared and ctx.cuda:
             ctx.notice(f"pool.share=true: GPU {','.join(gpus.gpus)} may be shared with other jobs of this "
                        "sweep; its times are not those of a GPU of its own")

@@ -290,6 +290,14 @@ def test_unstable_ratio_tags_the_run(cfg, tmp_path):
     assert run.data.metrics["v/ratio_spread"] == 0.4
 
 
+def test_device_tags_name_the_gpus_size():
+    from types import SimpleNamespace
+    assert runner.device_tags(None) == {}
+    dev = SimpleNamespace(sm_count=132, l2_bytes=60 * 2 ** 20)
+    assert runner.device_tags(dev) == {"gpu_sms": 132, "gpu_l2_mib": 60.0}
+    assert runner.device_tags(SimpleNamespace(sm_count=114, l2_bytes=50_000_000))["gpu_l2_mib"] == 47.7
+
+
 def test_flatten_and_metric_key():
     assert tracking.flatten({"a": {"b": 1, "c": [1, 2]}, "d": "x"}) == {"a.b": 1, "a.c": [1, 2], "d": "x"}
     assert tracking.metric_key("A k=64", "fused", "median_ms") == "A k_64/fused/median_ms"

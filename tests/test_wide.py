@@ -672,6 +672,15 @@ extern "C" void emu_warp_commit(int grid, int block, const int* order, int n_ord
 GXX = __import__("shutil").which("g++")
 
 
+def _gxx_has_barrier(tmp) -> bool:
+    """Whether g++ compiles C++20's std::barrier, which the host shim's block barriers need."""
+    import subprocess
+    src = tmp / "barrier_probe.cpp"
+    src.write_text("#include <barrier>\nstd::barrier<> b(1);\nint main() { b.arrive_and_wait(); }\n")
+    r = subprocess.run([GXX, "-std=c++20", "-pthread", "-fsyntax-only", str(src)], capture_output=True, timeout=120)
+    return r.returncode == 0
+
+
 class _HostArray(np.ndarray):
     def get(self):
         return np.array(self)
@@ -710,7 +719,11 @@ class _HostKernels:
                                 "-D__CUDA_ARCH__=900", *[f"-D{k}={v}" for k, v in key], "-o", str(out), str(drv)],
                                capture_output=True, text=True, timeout=300)
             if r.returncode:
-                pytest.skip(f"g++ cannot build the host shim: {r.stderr[-300:]}")
+                # a g++ without C++20's <barrier> is a missing tool (skip); any other error is the
+                # kernel's or the shim's, and fails
+                if not _gxx_has_barrier(self.tmp):
+                    pytest.skip("g++ has no C++20 <barrier> (std::barrier): the host shim needs g++ >= 11")
+                pytest.fail(f"g++ cannot build wide.cu on the host shim: {r.stderr[-2000:]}")
             self.libs[key] = ctypes.CDLL(str(out))
         ctypes.c_int.in_dll(self.libs[key], "g_lane_serial").value = int(self.serial)
         return _HostModule(self.libs[key], self.rr)

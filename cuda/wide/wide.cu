@@ -386,6 +386,8 @@ static_assert(BC == 0 || (BC == 1 && HC > 0), "BC: 0, or 1 with the hot-row cach
 static_assert(HQ >= 0 && HQ <= 60, "HQ: 0 (float) or the fixed-point exponent, <= 60");
 static_assert(AHC == 0 || AHC == 1, "AHC: 0 or 1");
 static_assert(AQ >= 0 && AQ <= 60, "AQ: 0 (float) or the fixed-point exponent, <= 60");
+static_assert(AHC == 0 || (OPT == 1 && K == 0 && HC > 0 && ADA_AGG == 0),
+              "AHC: AdaGrad, LR, the hot-row cache, per-lane atomics (variants.caches_hot_accumulators)");
 #define ISSUE (OPT && !ADA_AGG && ADA_ISSUE && K == 0)   // see warp_apply
 #define ITB 4                                         // ISSUE: tail edges a lane takes at a time
 
@@ -424,7 +426,7 @@ extern __shared__ float4 wsm4[];
 // (hot_fixed_exponent); GA's squares likewise in units of 2^-AQ (hot_square_exponent).
 #define GHQ ((HQ > 0 && K == 0 && CACHED) ? HQ : 0)   // GH's fixed-point exponent (0: float)
 #define GBW (PB + 1)                                  // 32 floats: a block has at most 32 warps
-#define HOTACC (AHC && OPT && K == 0 && CACHED && !ADA_AGG)
+#define HOTACC AHC
 #define AH (PB + 36)                                  // HOTACC: the cached rows' accumulators (HC floats)
 #define GA (AH + HC)                                  // HOTACC: the block's squares of the step (HC)
 #define DA (GA + HC)                                  // HOTACC: the other blocks' squares of the last step (HC)

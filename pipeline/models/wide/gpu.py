@@ -354,10 +354,15 @@ class FlowWarpTrainer(_Base):
 
     def describe(self) -> str:
         g = self.geo
-        ada = (f", adagrad ({'warp-aggregated' if g['ADA_AGG'] else 'per-lane'} atomics"
-               f"{', issued first' if g.get('ADA_ISSUE') else ''}"
-               + (", hot accumulators cached" + (f" (squares in fixed point, 2^-{g['AQ']})" if g["AQ"] else "")
-                  if g.get("AHC") else "") + ")") if self.adagrad else ""
+        ada = ""
+        if self.adagrad:
+            parts = [f"{'warp-aggregated' if g['ADA_AGG'] else 'per-lane'} atomics"]
+            if g["ADA_ISSUE"]:
+                parts.append("issued first")
+            if g["AHC"]:
+                parts.append("hot accumulators cached"
+                             + (f" (squares in fixed point, 2^-{g['AQ']})" if g["AQ"] else ""))
+            ada = f", adagrad ({', '.join(parts)})"
         return (f"flow design=warp{ada}: {g['nw']} warps in flight x {g['WS']} "
                 f"sample(s) ({g['WG']} lanes each, "
                 f"{g['WEPL']} edges/lane in registers, loaded {g['WPF']} steps ahead), {g['wpb']} warps/block, "

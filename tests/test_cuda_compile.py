@@ -114,6 +114,31 @@ def test_kernel_launch_argument_checks():
         k((1,), (1,), Dev(), Dev(), 7, 1.0, 9)
 
 
+def test_kernel_prefer_carveout(monkeypatch):
+    """prefer_carveout sets the function's preferred shared-memory carveout; a negative share sets nothing."""
+    import sys
+    import types
+    from pipeline.gpu import kernels
+
+    attr = types.SimpleNamespace(PREFERRED_SHARED_MEMORY_CARVEOUT="carveout-attribute")
+    monkeypatch.setitem(sys.modules, "pycuda", types.ModuleType("pycuda"))
+    monkeypatch.setitem(sys.modules, "pycuda.driver", types.SimpleNamespace(function_attribute=attr))
+
+    class Fn:
+        calls = []
+
+        def set_attribute(self, a, v):
+            self.calls.append((a, v))
+
+    fn = Fn()
+    k = kernels.Kernel(fn, "flow_warp", "P")
+    k.prefer_carveout(-1)
+    assert fn.calls == []
+    k.prefer_carveout(0)
+    k.prefer_carveout(100)
+    assert fn.calls == [("carveout-attribute", 0), ("carveout-attribute", 100)]
+
+
 def test_kernel_source_missing_is_a_gpu_error():
     from pipeline.errors import GpuError
     from pipeline.gpu import kernels

@@ -350,6 +350,8 @@ def test_logloss_stable_and_early_stop():
     (["model=wide_lr", "model.optimizer=adagrad", "model.adagrad_lr=0"], "model.adagrad_lr"),
     (["model=wide_fm", "model.k=10", "model.optimizer=adagrad", "model.hot_cache=4096"], "model.hot_cache"),
     (["model=wide_lr", "model.target_loss=-1"], "model.target_loss"),
+    (["model=wide_fm", "model.carveout=101"], "model.carveout"),
+    (["model=wide_lr", "model.carveout=-2"], "model.carveout"),
 ])
 def test_config_errors(compose, overrides, key):
     from pipeline.config import validate
@@ -362,6 +364,8 @@ def test_warp_config_accepted(compose):
     validate(compose(["model=wide_fm", "model.design=warp", "model.warp_samples=4", "model.shards=8"]))
     validate(compose(["model=wide_fm", "model.k=10", "model.hot_cache=2048"]))          # 192 KB: fits
     validate(compose(["model=wide_fm", "model.k=10", "model.hot_cache=2048", "model.optimizer=adagrad"]))  # the same
+    for c in (-1, 0, 100):
+        validate(compose(["model=wide_fm", f"model.carveout={c}"]))
 
 
 def _geo_data(chunk=32, n=4000, d=3000, seed=0):
@@ -752,6 +756,7 @@ class _HostModule:
                     conv.append(ctypes.c_float(float(a)))
             fn(*conv)
         call.max_threads, call.registers = 1024, 32     # the host runs any block size
+        call.prefer_carveout = lambda percent: setattr(call, "carveout", percent)   # a hint: nothing to emulate
         return call
 
 
@@ -803,9 +808,11 @@ def test_warp_kernel_on_host_equals_reference(monkeypatch, tmp_path, k, ws, shar
     mc = OmegaConf.create(dict(k=k, lr=0.5, batch_size=256, replicas=4, update=update, warp_samples=ws,
                                edges_per_lane=0, inflight=inflight, warps_per_block=1 if hc else 0,
                                shards=shards, shard_hot=hot, chunk=chunk, prefetch=0, hot_cache=hc,
-                               spread=spread, prefetch_bias=bpf))
+                               spread=spread, prefetch_bias=bpf, carveout=30 if bpf else -1))
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)))
     assert tr.geo["HC"] == hc and (tr.geo["wpb"] == 1 or not hc) and tr.geo["BPF"] == int(bpf)
+    # model.carveout reaches the kernel as given (-1: the driver's choice), and the description says so
+    assert tr.train.carveout == mc.carveout and ("carveout 30 %" in tr.describe()) == bpf
     # LR's cached rows take their step gradient in fixed point (update=chunk), else float atomics
     assert (tr.geo["HQ"] >= 30) == (k == 0 and hc > 0 and update == "chunk") and tr.geo["HQ"] in range(0, 61)
     if spread:                                          # the hot rows stay, the others move

@@ -80,7 +80,8 @@ WARP_KNOBS = {"s1_sh8": ["model.warp_samples=1", "model.shards=8", "model.shard_
               "s4_hc64": ["model.warp_samples=4", "model.shards=4", "model.shard_hot=32", "model.hot_cache=64",
                           "model.warps_per_block=4"],
               "s2_hc64_bpf": ["model.warp_samples=2", "model.shards=8", "model.shard_hot=64", "model.hot_cache=64",
-                              "model.warps_per_block=4", "model.prefetch_bias=true"]}
+                              "model.warps_per_block=4", "model.prefetch_bias=true"],
+              "s4_sh1_co0": ["model.warp_samples=4", "model.shards=1", "model.carveout=0"]}
 
 
 def spread_over_shards(tr):

@@ -45,6 +45,7 @@ class WideConf(ModelConf):
     prefetch_bias: bool = False  # design=warp, no hot_cache: the bias shards read with the cold rows, before the boundary
     hot_cache: int = 0           # design=warp: most frequent features whose rows each block caches in shared memory
     hot_fixed_point: bool = True # design=warp, LR, hot_cache, update=chunk: the cached rows' step gradient as int32 fixed point
+    carveout: int = -1           # design=warp: shared memory's share of each SM's L1/shared memory while flow_warp runs, percent (-1: the driver's choice)
     shuffle: bool = True         # reshuffle chunk order every epoch
     init_std: float = 0.01       # FM factors ~ N(0, init_std^2), seeded
     device_budget_mb: float = 0  # out-of-core when training data exceeds this (0: 60% of free memory)
@@ -133,6 +134,8 @@ def _check(cfg) -> None:
     require(0 <= m.prefetch <= 4, "model.prefetch", m.prefetch, "0 (auto) or 1..4 steps")
     require(0 <= m.hot_cache <= 8192 and m.hot_cache % 4 == 0, "model.hot_cache", m.hot_cache,
             "0 (none) or a multiple of 4 up to 8192 features")
+    require(-1 <= m.carveout <= 100, "model.carveout", m.carveout,
+            "-1 (the driver's choice) or a percentage 0..100 of the SM's L1/shared memory")
     opt = m.optimizer
     require(opt in OPTIMIZERS, "model.optimizer", opt, " or ".join(OPTIMIZERS))
     ahc = caches_hot_accumulators(m)

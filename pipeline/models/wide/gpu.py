@@ -317,6 +317,8 @@ class FlowWarpTrainer(_Base):
         self.train = self.mod.kernel("flow_warp", "PiPPPPiiPPPPPPifPPPf")
         kernels.require_block(self.train, 32 * max(1, min(geo["wpb"], geo["nw"])), "model.warps_per_block",
                               geo["wpb"], f"model.warps_per_block<={self.train.max_threads // 32} (0: auto)")
+        self.carveout = int(mc.get("carveout", -1))
+        self.train.prefer_carveout(self.carveout)
         self.commit = self.mod.kernel("warp_commit", "PiiPPPPPP")
         d, kp = data.d, self.kp
         self.P = cp.zeros(d * kp, cp.float32)
@@ -368,7 +370,8 @@ class FlowWarpTrainer(_Base):
                 f"{g['WEPL']} edges/lane in registers, loaded {g['WPF']} steps ahead), {g['wpb']} warps/block, "
                 f"hot rows {g['HSH']} x {g['NSH']} shards, {g['HC']} hot rows cached per block"
                 + (f" (step gradient in fixed point, 2^-{g['HQ']})" if g["HQ"] else "") + ", "
-                f"packed rows of {self.kp} floats" + (f", rows past {self.keep} spread" if self.row is not None else ""))
+                f"packed rows of {self.kp} floats" + (f", rows past {self.keep} spread" if self.row is not None else "")
+                + (f", shared-memory carveout {self.carveout} %" if self.carveout >= 0 else ""))
 
     def set_params(self, p: Params) -> None:
         cp = self.cp

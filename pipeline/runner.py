@@ -48,11 +48,11 @@ def run(cfg: DictConfig, out_dir: Optional[Path] = None, echo: bool = True) -> R
 
 
 def device_tags(dev) -> dict:
-    """The GPU's size, as tags: runs on GPUs of one name but other SM counts or L2 sizes (a MIG
-    slice; whether a model's table stays in L2) can be told apart in the MLflow UI. None: no tags."""
+    """The GPU's name and size, as tags: runs on GPUs of one name but other SM counts or L2 sizes (a
+    MIG slice; whether a model's table stays in L2) can be told apart in the MLflow UI. None: no GPU."""
     if dev is None:
-        return {}
-    return {"gpu_sms": dev.sm_count, "gpu_l2_mib": round(dev.l2_bytes / 2 ** 20, 1)}
+        return {"gpu": "none"}
+    return {"gpu": dev.name, "gpu_sms": dev.sm_count, "gpu_l2_mib": round(dev.l2_bytes / 2 ** 20, 1)}
 
 
 def _run(cfg: DictConfig, cls, out_dir: Path, echo: bool, gpus: "pool.Claim") -> Report:
@@ -60,8 +60,7 @@ def _run(cfg: DictConfig, cls, out_dir: Path, echo: bool, gpus: "pool.Claim") ->
     with job.active():
         ctx = make_context(cfg, out_dir)
         ctx.epoch_sink = job.log_epoch
-        job.set_tags({"backend": ctx.backend, "size": ctx.size,
-                      "gpu": ctx.device.name if ctx.device else "none", **device_tags(ctx.device), **gpus.tags()})
+        job.set_tags({"backend": ctx.backend, "size": ctx.size, **device_tags(ctx.device), **gpus.tags()})
         if gpus.shared and ctx.cuda:
             ctx.notice(f"pool.share=true: GPU {','.join(gpus.gpus)} may be shared with other jobs of this "
                        "sweep; its times are not those of a GPU of its own")

@@ -125,7 +125,8 @@ def test_kernel_prefer_carveout(monkeypatch):
     monkeypatch.setitem(sys.modules, "pycuda.driver", types.SimpleNamespace(function_attribute=attr))
 
     class Fn:
-        calls = []
+        def __init__(self):
+            self.calls = []
 
         def set_attribute(self, a, v):
             self.calls.append((a, v))

@@ -292,10 +292,10 @@ def test_unstable_ratio_tags_the_run(cfg, tmp_path):
 
 def test_device_tags_name_the_gpus_size():
     from types import SimpleNamespace
-    assert runner.device_tags(None) == {}
-    dev = SimpleNamespace(sm_count=132, l2_bytes=60 * 2 ** 20)
-    assert runner.device_tags(dev) == {"gpu_sms": 132, "gpu_l2_mib": 60.0}
-    assert runner.device_tags(SimpleNamespace(sm_count=114, l2_bytes=50_000_000))["gpu_l2_mib"] == 47.7
+    assert runner.device_tags(None) == {"gpu": "none"}
+    dev = SimpleNamespace(name="NVIDIA H200", sm_count=132, l2_bytes=60 * 2 ** 20)
+    assert runner.device_tags(dev) == {"gpu": "NVIDIA H200", "gpu_sms": 132, "gpu_l2_mib": 60.0}
+    assert runner.device_tags(SimpleNamespace(name="x", sm_count=114, l2_bytes=50_000_000))["gpu_l2_mib"] == 47.7
 
 
 def test_flatten_and_metric_key():

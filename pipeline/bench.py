@@ -23,7 +23,7 @@ import numpy as np
 
 from pipeline.context import Context
 from pipeline.gpu.transfer import to_host
-from pipeline.timing import speedups, time_interleaved
+from pipeline.timing import cpu_threads, speedups, time_interleaved
 
 
 @dataclass
@@ -103,6 +103,9 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
     ``ratio_unstable`` is set (with a notice) when it exceeds ``bench.ratio_spread``."""
     rows: List[Dict[str, Any]] = []
     limit = float(ctx.cfg.bench.get("ratio_spread", RATIO_SPREAD))
+    if not ctx.cuda and cpu_threads(ctx.cfg.bench) > 0:
+        ctx.notice(f"CPU timings run with the BLAS / OpenMP thread pools pinned to {cpu_threads(ctx.cfg.bench)} "
+                   f"thread(s) (bench.cpu_threads; 0 leaves them as they are)")
     total = len(cases) * len(variants)
     bar = ctx.progress(range(total), desc="measure", total=total)
     it = iter(bar)

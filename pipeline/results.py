@@ -22,6 +22,18 @@ class Report:
     failures: List[str] = field(default_factory=list)            # failed checks: the run is FAILED
     notes: List[str] = field(default_factory=list)
     title: str = ""
+    # what a time column measures, where it is not what pipeline.headline.MEASURES says (the
+    # fastest line names it): e.g. {"epoch_ms": "wall time an epoch"}
+    measures: Dict[str, str] = field(default_factory=dict)
+
+    def drop_device_columns(self) -> None:
+        """Remove the columns that time a GPU (``gpu_ms``, ``to_target_gpu_s``, ...): on the CPU
+        backend there is none, and a ``gpu_`` column there would name a CPU time wrongly."""
+        gone = {c for r in self.rows for c in r if is_device_column(c)}
+        for r in self.rows:
+            for c in gone:
+                r.pop(c, None)
+        self.columns = [c for c in self.columns if c not in gone]
 
     def extend(self, other: "Report") -> None:
         self.rows += other.rows
@@ -33,6 +45,12 @@ class Report:
         self.figures.update(other.figures)
         self.failures += other.failures
         self.notes += other.notes
+        self.measures.update(other.measures)
+
+
+def is_device_column(name: str) -> bool:
+    """A column that only a GPU run has: ``gpu`` is one of its ``_``-separated words."""
+    return "gpu" in name.split("_")
 
 
 CASE_END = "variant"                 # the column that ends a row's case description

@@ -82,6 +82,8 @@ def _run(cfg: DictConfig, cls, out_dir: Path, echo: bool, gpus: "pool.Claim") ->
             raise
         assert isinstance(report, Report), f"{cls.__name__}.report() must return a Report"
         report.notes = ctx.notices + report.notes
+        if not ctx.cuda:
+            report.drop_device_columns()
         if gpus.shared and ctx.cuda:
             for r in report.rows:
                 if "median_ms" in r:
@@ -90,7 +92,7 @@ def _run(cfg: DictConfig, cls, out_dir: Path, echo: bool, gpus: "pool.Claim") ->
                 report.columns.append("gpu")
         _add_run_metrics(report, ctx, stage_s)
         reg = registry.of_model(str(cfg.model.name))
-        fastest = fastest_lines(report.rows, reg.paper if reg else None)
+        fastest = fastest_lines(report.rows, reg.paper if reg else None, report.measures)
         if fastest:
             job.set_tags({"fastest": " | ".join(fastest)[:4000]})
         job.log_report(report, out_dir)

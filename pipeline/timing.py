@@ -16,11 +16,17 @@ taken round by round; the spread of those per-round ratios says whether the comp
 :func:`speedups` turns either (per-round ratios, or one number per variant such as an epoch time)
 into the ``x_vs_<baseline>`` columns every model reports.
 
+On the CPU the BLAS and OpenMP thread pools are pinned to ``bench.cpu_threads`` threads (threadpoolctl)
+while a measurement runs: a multi-threaded BLAS call that competes with other load on the machine
+slows down by far more than a single-threaded FFT does, which made ratios swing tenfold between
+runs.
+
 Intervals of work that are not repeated calls (a training epoch, the layers of a step) are timed
 with :class:`Interval` (one interval) and :class:`IntervalSum` (many, summed).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -51,7 +57,34 @@ def policy(bench):
     return (int(bench.warmup), int(bench.min_repeats), int(bench.max_repeats), float(bench.min_time_ms))
 
 
+CPU_THREADS = 1   # bench.cpu_threads: numpy's FFT is single-threaded, so one thread puts BLAS on a par
+
+
+def cpu_threads(bench) -> int:
+    """The threads the CPU's BLAS / OpenMP pools get while timing (``bench.cpu_threads``; 0: as
+    they are)."""
+    get = getattr(bench, "get", None)
+    return int(get("cpu_threads", CPU_THREADS) if get else getattr(bench, "cpu_threads", CPU_THREADS))
+
+
+@contextlib.contextmanager
+def pinned_threads(bench):
+    """Pin the BLAS and OpenMP thread pools to :func:`cpu_threads` threads for a CPU measurement."""
+    n = cpu_threads(bench)
+    if n <= 0:
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=n):
+        yield
+
+
 def time_cpu(fn: Callable[[], object], bench) -> Timing:
+    with pinned_threads(bench):
+        return _time_cpu(fn, bench)
+
+
+def _time_cpu(fn: Callable[[], object], bench) -> Timing:
     warmup, min_rep, max_rep, min_ms = policy(bench)
     for _ in range(warmup):
         fn()
@@ -120,7 +153,15 @@ def time_interleaved(fns: Sequence[Callable[[], object]], bench, backend: str = 
     would give it alone; there are ``R = min(n)`` rounds (the slowest function's count), and a
     function is called ``ceil(n / R)`` times a round, so a fast kernel is not timed as rarely as a
     slow one nor a slow one as often as a fast one. Rounds are added (at most ``R`` more) while a
-    function is short of ``min_time_ms`` because the warm-up underestimated it."""
+    function is short of ``min_time_ms`` because the warm-up underestimated it. On the CPU the
+    thread pools are pinned (:func:`pinned_threads`)."""
+    if backend == "cuda":
+        return _time_interleaved(fns, bench, backend, streams)
+    with pinned_threads(bench):
+        return _time_interleaved(fns, bench, backend, streams)
+
+
+def _time_interleaved(fns, bench, backend, streams) -> Interleaved:
     warmup, min_rep, max_rep, min_ms = policy(bench)
     k = len(fns)
     if backend == "cuda":

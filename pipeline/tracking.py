@@ -314,12 +314,46 @@ class SweepAbort(BaseException):
         self.error = error
 
 
+def sweep_jobs(config: DictConfig) -> Optional[List[List[str]]]:
+    """The override lists of a basic sweep's jobs, in launch order (None for a sweeper that picks
+    its jobs as it goes, such as optuna's)."""
+    if not str(OmegaConf.select(config, "hydra.sweeper._target_", default="")).endswith("BasicSweeper"):
+        return None
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    return BasicSweeper.split_arguments(parsed, None)[0]
+
+
+def check_sweep_jobs(config: DictConfig) -> None:
+    """Compose and validate every job of the sweep before the first one starts, so that an invalid
+    job stops the sweep before any job has run (raises :class:`SweepAbort` naming the job)."""
+    jobs = sweep_jobs(config)
+    if not jobs:
+        return
+    from hydra import compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+    from pipeline.config import validate
+    from pipeline.errors import ConfigError
+    name = str(config.hydra.job.config_name or "config")
+    for i, job in enumerate(jobs):
+        try:
+            validate(compose(config_name=name, overrides=list(job)))
+        except PipelineError as e:
+            raise SweepAbort(type(e)(f"job {i} of the sweep ({' '.join(job)}): {e}; no job was run")) from None
+        except (HydraException, OmegaConfBaseException) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise SweepAbort(ConfigError(f"job {i} of the sweep ({' '.join(job)}): {first}; no job was run")) from None
+
+
 class SweepCallback(Callback):
     """Hydra callback (conf/config.yaml: hydra.callbacks.mlflow_sweep)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from pipeline.config import register_all
         register_all()
+        check_sweep_jobs(config)
         if not config.tracking.enabled:
             return
         from mlflow.tracking import MlflowClient

@@ -159,6 +159,9 @@ def test_help_says_what_kernel_is(cli):
     assert "kernel      the one variant under test: kernel=<variant> is short for model.variants=[<variant>]" in out
     assert any(ln.split()[:2] == ["sparse_dnn", "GPU:"] and "snig" in ln for ln in out.splitlines()), out
     assert "${" not in out
+    # the options a user types: no schema entries, no suite lists (not a group), tracking=server named
+    assert "schema_" not in out and "suite:" not in out
+    assert "tracking: off, server, sqlite" in out and "server (a tracking server" in out
 
 
 def test_bad_variant_opens_no_mlflow_run(cli, tmp_path):

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from pipeline.data import cache, mnist, paths
 from pipeline.errors import DataError
 
-SHARED_MNIST = Path(os.environ.get("PIPELINE_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data")) / "mnist"
+SHARED_MNIST = Path(os.environ.get("PIPELINE_DATA_DIR", Path(__file__).resolve().parents[1] / "data")) / "mnist"
 
 
 # ------------------------------------------------------------------------------------ paths
@@ -163,7 +163,7 @@ def test_mnist_count_mismatch(tmp_path):
         mnist.load(OmegaConf.create({"data_dir": str(tmp_path)}), "test")
 
 
-@pytest.mark.skipif(not SHARED_MNIST.is_dir(), reason=f"real MNIST not found at {SHARED_MNIST}")
+@pytest.mark.skipif(not SHARED_MNIST.is_dir(), reason=f"real MNIST not in the data dir ({SHARED_MNIST}; python -m pipeline.data.fetch mnist)")
 def test_real_mnist_test_split():
     x, y = mnist.load(OmegaConf.create({"data_dir": str(SHARED_MNIST.parent)}), "test")
     assert x.shape == (10000, 28, 28) and x.dtype == np.uint8

@@ -250,6 +250,19 @@ def test_unreachable_server_fails_fast_before_any_job(tmp_path):
     assert not (tmp_path / "multirun" / "0").exists()          # no job started
 
 
+def test_an_invalid_job_stops_the_sweep_before_any_job_runs(tmp_path):
+    """Every job is composed and checked first: the valid block_size=16 job is not run (nor logged)
+    before block_size=48 is refused."""
+    store = tmp_path / "store"
+    r = run_cli(["-m", "model=bcm", "backend=cpu", "progress=false", f"tracking.dir={store}", "block_size=16,48"],
+                tmp_path)
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: job 1 of the sweep (") and "block_size=48 is not allowed" in line
+    assert not (tmp_path / "multirun" / "0").exists()
+    assert not (store / "mlflow.db").exists()
+
+
 # --------------------------------------------------------------------------- dead and interrupted jobs
 
 def test_sweep_end_marks_runs_of_dead_jobs(tmp_path, monkeypatch):

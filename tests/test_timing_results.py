@@ -433,3 +433,13 @@ def test_floor_is_the_larger_of_bytes_and_flops_at_the_ceilings():
     f = pass_floors((1e9, 4e9), 1e12, p)       # 1e9 live updates (2 flops each), 4 GB moved
     assert f["memory_s"] == pytest.approx(4e-3) and f["fma_s"] == pytest.approx(4e-5)
     assert f["floor_s"] == pytest.approx(4e-3) and f["edges_fma_s"] == pytest.approx(0.04)
+
+
+def test_a_cpu_report_has_no_gpu_columns():
+    """On the CPU backend a ``gpu_`` column would name a CPU time wrongly: the runner drops them."""
+    rep = Report(rows=[{"variant": "cpu", "kind": "ours", "epoch_ms": 5.0, "gpu_ms": 4.0, "to_target_gpu_s": 1.0,
+                        "gpus": 1}],
+                 columns=["variant", "kind", "epoch_ms", "gpu_ms", "to_target_gpu_s", "gpus"])
+    rep.drop_device_columns()
+    assert rep.columns == ["variant", "kind", "epoch_ms", "gpus"]
+    assert rep.rows == [{"variant": "cpu", "kind": "ours", "epoch_ms": 5.0, "gpus": 1}]

@@ -45,6 +45,7 @@ class BenchConf:
     min_time_ms: float = 100.0   # keep repeating until this much device time is measured
     cuda_graph: bool = True      # replay variants that allow it (Variant.graph) as one CUDA graph
     hold: bool = True            # GPU: a hold kernel hides the host's issue time (device time only)
+    cpu_threads: int = 1         # CPU: BLAS / OpenMP threads while timing (threadpoolctl; 0: as they are)
 
 
 @dataclass
@@ -155,6 +156,8 @@ def register_all() -> None:
         OmegaConf.register_new_resolver("first", first)
     if not OmegaConf.has_resolver("variants_help"):
         OmegaConf.register_new_resolver("variants_help", lambda: variants_help())
+    if not OmegaConf.has_resolver("groups_help"):
+        OmegaConf.register_new_resolver("groups_help", lambda: groups_help())
     cs = ConfigStore.instance()
     cs.store(name="schema_config", node=Config)
     cs.store(group="kernel", name="schema_kernel", node=KernelConf)
@@ -217,6 +220,20 @@ def variants_help() -> str:
                 parts.append(f"{'GPU' if backend == 'cuda' else 'CPU'}: {', '.join(ours)}"
                              + (f" | baselines {', '.join(base)}" if base else ""))
         lines.append(f"  {model:<13} {'; '.join(parts)}")
+    return "\n".join(lines)
+
+
+HELP_GROUPS = ("model", "dataset", "experiment", "tracking")   # kernel: the variants, listed per model
+
+
+def groups_help() -> str:
+    """The options a user types, one line per group, for ``--help``: the files of ``conf/<group>/``
+    (not the schemas, nor the ``<model>_default`` entries a model picks by itself)."""
+    from pipeline.root import CONF_DIR
+    lines = []
+    for group in HELP_GROUPS:
+        names = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.stem.endswith("_default"))
+        lines.append(f"{group}: {', '.join(names)}")
     return "\n".join(lines)
 
 
@@ -370,6 +387,8 @@ def validate(cfg: DictConfig) -> None:
     require(cfg.bench.max_repeats >= cfg.bench.min_repeats, "bench.max_repeats", cfg.bench.max_repeats,
             f">= bench.min_repeats ({cfg.bench.min_repeats})")
     require(cfg.bench.warmup >= 0, "bench.warmup", cfg.bench.warmup, "a non-negative integer")
+    require(cfg.bench.cpu_threads >= 0, "bench.cpu_threads", cfg.bench.cpu_threads,
+            "0 (the thread pools as they are) or a positive number of threads")
     require(cfg.bench.min_time_ms >= 0, "bench.min_time_ms", cfg.bench.min_time_ms, "a non-negative number of ms")
     require(cfg.gpu >= 0, "gpu", cfg.gpu, "a device index (0, 1, ...)")
     require(cfg.model.tolerance >= 0, "model.tolerance", cfg.model.tolerance, "a non-negative relative error")

@@ -114,6 +114,15 @@ def load(cfg, split: str = "train") -> Tuple[np.ndarray, np.ndarray]:
                 raise DataError(f"{path}: missing; fetch CIFAR-10 again with: {FETCH}")
 
         parts = [read_bin(p) for p in paths]      # raw bytes: nothing to cache
+        # the official files all hold the same number of records (10000): one with fewer was cut short
+        batches = [where / f for f in BIN_FILES["train"] if (where / f).is_file()]
+        full = max(batches, key=lambda f: f.stat().st_size, default=None)
+        whole = full.stat().st_size // RECORD if full else 0
+        for path, (_, labels) in zip(paths, parts):
+            if labels.size < whole:
+                raise DataError(f"{path}: {labels.size} records, {full.name} has {whole} (every file of the official "
+                                f"binary version holds as many): the file is truncated; fetch CIFAR-10 again with: "
+                                f"{FETCH}")
         return np.concatenate([a for a, _ in parts]), np.concatenate([b for _, b in parts])
     path = where / FILES[split]
     if not path.is_file():

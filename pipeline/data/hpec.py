@@ -5,8 +5,11 @@ input neuron, col = output neuron, so a layer computes ``Z = Y @ W``), inputs
 ``sparse-images-{N}.tsv`` (``image pixel value``) and golden ``neuron{N}-l{L}-categories.tsv`` (one
 image index per line). Loaders return 0-based SciPy CSR float32 matrices; a malformed line, an index
 out of range, a layer of another size or a golden file of the wrong length raises a one-line
-:class:`DataError` naming the file and line. Parsed TSV is cached (``cached_arrays``) only after the
-whole file has been checked, so nothing is cached from a broken file.
+:class:`DataError` naming the file and line. So does an incomplete file where the challenge says what
+a whole one holds: a layer of N = 1024 ... 65536 without 32 edges into every neuron, an input file of
+60000 images without Table 1's nonzeros, a golden file for all 60000 images beside an input file of
+fewer. Parsed TSV is cached (``cached_arrays``) only after the whole file has been checked, so nothing
+is cached from a broken file.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from pipeline.data import F32_MAX
-from pipeline.data.cache import cached_arrays
+from pipeline.data.cache import cached_arrays, file_stamp
 from pipeline.errors import DataError
 
 # Paper Table 1: the bias of each network size.
@@ -27,6 +30,12 @@ BIAS = {1024: -0.30, 4096: -0.35, 16384: -0.40, 65536: -0.45}
 # Known lengths of the official golden files (counted in the challenge's files).
 GOLDEN_COUNT = {(1024, 120): 1812}
 YMAX = 32.0
+# The challenge's networks (RadiX-Net, N in BIAS): 32 edges into (and out of) every neuron of every layer.
+FAN_IN = 32
+# Its inputs: 60000 MNIST-derived images; Table 1 "Nonzeros" (entries of sparse-images-{N}.tsv) per N.
+IMAGES = 60000
+INPUT_NNZ = {1024: 6_374_505, 4096: 25_019_051, 16384: 98_858_913, 65536: 392_191_985}
+CACHE_VERSION = 2      # 2: entries cached before the completeness checks are read again
 
 
 @dataclass
@@ -135,6 +144,22 @@ def _check_unique(path: Path, r: np.ndarray, c: np.ndarray, width: int, where: s
         raise DataError(f"{at}: duplicate entry ({r[dup] + o}, {c[dup] + o}); each pair may appear once")
 
 
+def _check_fan_in(path: Path, c: np.ndarray, N: int) -> None:
+    """A layer of the challenge's networks (N in BIAS) has FAN_IN edges into every neuron (``c``:
+    0-based output neurons): a file cut short has fewer."""
+    if N not in BIAS:
+        return
+    want = FAN_IN * N
+    if c.size != want:
+        why = "the file is truncated; fetch it again" if c.size < want else "not a layer of the challenge's networks"
+        raise DataError(f"{path}: layer has {c.size} edges, expected {want} ({FAN_IN} per neuron x {N}): {why}")
+    fan = np.bincount(c, minlength=N)
+    if np.any(fan != FAN_IN):
+        j = int(np.flatnonzero(fan != FAN_IN)[0])
+        raise DataError(f"{path}: neuron {j + 1} has {fan[j]} in-edges, expected {FAN_IN} (as every neuron of the "
+                        f"challenge's layers): the file is damaged; fetch it again")
+
+
 def read_layer_tsv(path, N: int) -> sp.csr_matrix:
     """One weight layer ``n{N}-l{k}.tsv`` -> N x N CSR float32 (0-based)."""
     path = Path(path)
@@ -155,6 +180,7 @@ def read_layer_tsv(path, N: int) -> sp.csr_matrix:
     r = tab[:, 0].astype(np.int64) - 1
     c = tab[:, 1].astype(np.int64) - 1
     _check_unique(path, r, c, N)
+    _check_fan_in(path, c, N)
     W = sp.csr_matrix((tab[:, 2].astype(np.float32), (r, c)), shape=(N, N), dtype=np.float32)
     W.sort_indices()
     return W
@@ -171,6 +197,10 @@ def read_images_tsv(path, N: int, images: int = 0) -> sp.csr_matrix:
     Y0 = sp.csr_matrix((tab[:, 2].astype(np.float32), (r, c)), shape=(n_img, N), dtype=np.float32)
     if Y0.nnz != len(tab):                       # the conversion merged a repeated (image, pixel)
         _check_unique(path, r, c, N)
+    if n_img == IMAGES and N in INPUT_NNZ and len(tab) != INPUT_NNZ[N]:
+        why = "the file is truncated; fetch it again" if len(tab) < INPUT_NNZ[N] else "not the challenge's input file"
+        raise DataError(f"{path}: {len(tab)} entries for {IMAGES} images, expected {INPUT_NNZ[N]} (Table 1's "
+                        f"nonzeros of sparse-images-{N}.tsv): {why}")
     if images:
         Y0.resize((images, N))                   # the first ``images`` rows (empty rows past the file's)
     Y0.sort_indices()
@@ -192,11 +222,6 @@ def read_categories_tsv(path, images: int, expected: Optional[int] = None) -> np
     return cats - 1
 
 
-def _stamp(p: Path) -> str:
-    st = p.stat()
-    return f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}"
-
-
 def load_tsv(folder, N: int, L: int, images: int = 0, bias: Optional[float] = None, ymax: float = YMAX,
              golden: str = "", cache_dir: Optional[str] = None, progress=None, strict: bool = True) -> Network:
     """The official files from ``folder``: weights in ``folder`` or ``folder/neuron{N}/``, inputs
@@ -213,7 +238,7 @@ def load_tsv(folder, N: int, L: int, images: int = 0, bias: Optional[float] = No
     def cached(name, path, build):
         if not cache_dir:
             return build()
-        return cached_arrays(cache_dir, f"hpec-{name}", {"file": _stamp(path)}, build)
+        return cached_arrays(cache_dir, f"hpec-{name}", {"v": CACHE_VERSION, "file": file_stamp(path)}, build)
 
     layers = []
     it = progress(files, desc="weights") if progress else files
@@ -240,7 +265,12 @@ def load_tsv(folder, N: int, L: int, images: int = 0, bias: Optional[float] = No
     gold = folder / (golden or f"neuron{N}-l{L}-categories.tsv")
     cats = None
     if gold.is_file():
-        cats = read_categories_tsv(gold, n_all, GOLDEN_COUNT.get((N, L)) if n_all == 60000 else None)
+        full = GOLDEN_COUNT.get((N, L))
+        cats = read_categories_tsv(gold, n_all, full if n_all == IMAGES else None)
+        if cats.size == full and n_all != IMAGES:
+            raise DataError(f"{img}: has {n_all} images, but {gold} holds the {full} categories of the challenge's "
+                            f"{IMAGES}: the input file is truncated; fetch it again (or give the golden file of "
+                            f"its images: dataset.golden)")
         if cats.size and cats[-1] >= n_all:
             raise DataError(f"{gold}:{cats.size}: image index {cats[-1] + 1} > {n_all} images in {img.name}")
         cats = cats[cats < Y0.shape[0]]

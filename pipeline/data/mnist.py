@@ -37,7 +37,12 @@ def read_idx(path: Path) -> np.ndarray:
     expected = math.prod(dims) * dtype.itemsize
     body = data[4 + 4 * ndim:]
     if len(body) != expected:
-        raise DataError(f"{path}: header says {dims} ({expected} bytes) but the file has {len(body)} data bytes")
+        cut = ""
+        if len(body) < expected and dims:
+            record = math.prod(dims[1:]) * dtype.itemsize
+            cut = (f" ({len(body) // record} whole records of {dims[0]}): the file is truncated; fetch it again "
+                   f"with: {FETCH}")
+        raise DataError(f"{path}: header says {dims} ({expected} bytes) but the file has {len(body)} data bytes{cut}")
     return np.frombuffer(body, dtype=dtype).reshape(dims)
 
 

@@ -25,13 +25,10 @@ from typing import Callable, Deque, Dict, Iterator, List, Optional
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.data.hpec import BIAS, YMAX, Network
+from pipeline.data.hpec import BIAS, IMAGES, INPUT_NNZ, YMAX, Network
 
 VALUE = 1.0 / 16
-FAN = 16               # the dense factor: 16 x 2 = 32 edges per neuron
-# Table 1 "Nonzeros" (nnz of the 60000-image input matrix) per N.
-INPUT_NNZ = {1024: 6_374_505, 4096: 25_019_051, 16384: 98_858_913, 65536: 392_191_985}
-IMAGES = 60000
+FAN = 16               # the dense factor: 16 x 2 = 32 (hpec.FAN_IN) edges per neuron
 
 
 def depth(N: int) -> int:

@@ -27,10 +27,10 @@ class XCDatasetConf(DatasetConf):
     signal: float = 0.5               # fraction of a row's features drawn from its labels' prototypes
     empty_rows: float = 0.002         # fraction of rows without labels
     scale: float = 1.0                # fraction of the generated rows used on size=full
-    small_features: int = 2000        # size=small preset (generated datasets only)
+    small_features: int = 2000        # size=small preset of the generator
     small_labels: int = 5000
-    small_train_rows: int = 4000
-    small_test_rows: int = 1000
+    small_train_rows: int = 4000      # size=small: also the rows of dataset.path's files trained on (their first)
+    small_test_rows: int = 1000       # size=small: also the rows of dataset.path's test file evaluated (its first)
 
 
 store("dataset", "schema_xc_dataset", XCDatasetConf)
@@ -47,7 +47,10 @@ def check_xc_dataset(cfg, model: str = "") -> None:
             "file names of both splits (dataset.train and dataset.test)")
     require(d.features >= 0, "dataset.features", d.features, "0 (from the header) or a positive count")
     require(d.labels >= 0, "dataset.labels", d.labels, "0 (from the header) or a positive count")
-    if d.kind == "real":
+    require(d.kind != "synthetic" or not str(d.path or ""), "dataset.path", d.path,
+            "'' with dataset.kind=synthetic (the generator reads no files); dataset.kind=auto reads the "
+            "folder's files")
+    if d.kind == "real" or str(d.path or ""):     # files only (kind=auto with a folder named): no generator
         return
     require(d.features > 0, "dataset.features", d.features, "a positive count (the generator needs the shape)")
     require(d.labels > 0, "dataset.labels", d.labels, "a positive count (the generator needs the shape)")

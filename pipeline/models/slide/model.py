@@ -59,6 +59,51 @@ def _host_split(split, rows: int):
     return type(split)(X=split.X[:rows], Y=split.Y[:rows])
 
 
+def load_data(cfg, size: str, notice):
+    """The dataset of ``cfg.dataset`` for a run of ``size``. A folder the user named
+    (``dataset.path`` of a kind=auto dataset: Amazon-670K, Wiki-325K) is always read, on every size:
+    both files whole (a malformed or missing file stops the run with the reader's one-line error),
+    and size=small (the CPU preset) then trains and evaluates on their first
+    ``dataset.small_train_rows`` / ``dataset.small_test_rows`` rows, and says so. Without a named
+    folder, :func:`pipeline.data.xc.load` decides (real files at every size for kind=real, the
+    generator's small preset on size=small otherwise)."""
+    from pipeline.data import xc
+    d = cfg.dataset
+    kw = dict(data_dir=cfg.data_dir, cache_dir=cfg.cache_dir, seed=int(cfg.seed), notice=notice)
+    named = str(d.kind) == "auto" and bool(str(d.path or ""))
+    if size != "small" or not named:
+        return xc.load(d, size=size, **kw)
+    data = xc.load(d, size="full", **kw)           # the user's files, read and checked whole
+    ntr, nte = int(d.small_train_rows), int(d.small_test_rows)
+    rows_tr, rows_te = data.train.n, data.test.n
+    train, test = _host_split(data.train, ntr), _host_split(data.test, nte)
+    if train.n < rows_tr or test.n < rows_te:
+        notice(f"dataset.path={d.path}: the CPU preset (size=small) trains on the first {train.n} of the "
+               f"{rows_tr} rows of {d.train} and evaluates on the first {test.n} of the {rows_te} rows of "
+               f"{d.test} (dataset.small_train_rows / small_test_rows; size=full uses all)")
+        source = f"{data.source}, first {train.n} / {test.n} rows"
+    else:
+        notice(f"dataset.path={d.path}: {d.train} and {d.test} used whole on size=small "
+               f"({rows_tr} train / {rows_te} test rows)")
+        source = data.source
+    return xc.XCData(data.name, train, test, data.n_features, data.n_labels, source)
+
+
+def popular_topk(train_Y, k: int) -> np.ndarray:
+    """The ``k`` most frequent labels of the training split (ties: lower id), most frequent first:
+    the popularity baseline predicts them for every test row."""
+    freq = np.bincount(train_Y.indices, minlength=train_Y.shape[1])
+    return np.argsort(-freq, kind="stable")[:min(k, train_Y.shape[1])]
+
+
+def popularity_baseline(train_Y, test_Y, ks) -> Dict[str, float]:
+    """P@k of predicting the most frequent training labels for every test row (what a model that
+    learned only the label frequencies, e.g. its output biases, scores)."""
+    ks = [int(k) for k in ks]
+    top = popular_topk(train_Y, max(ks))
+    return ref.precision_at_k(np.broadcast_to(top, (test_Y.shape[0], top.size)), test_Y, ks)
+
+
 class SlideModel(Model):
     GPU_VARIANTS = REGISTRY.names("cuda")
     CPU_VARIANTS = REGISTRY.names("cpu")
@@ -77,15 +122,14 @@ class SlideModel(Model):
         if self.mcfg is not m:
             ctx.notice("size=small: model " + " ".join(f"{k}={v}" for k, v in m.small.items()) +
                        " (model.small; model.small=null keeps the full settings)")
-        from pipeline.data import xc
-        self.data = xc.load(cfg.dataset, data_dir=cfg.data_dir, cache_dir=cfg.cache_dir, size=ctx.size,
-                            seed=int(cfg.seed), notice=ctx.notice)
+        self.data = load_data(cfg, ctx.size, ctx.notice)
         d = self.data
         too_big = [int(k) for k in self.mcfg.topk if int(k) > d.n_labels]
         if too_big:
             raise ConfigError(f"model.topk={too_big[0]} is not allowed: at most the {d.n_labels} labels of dataset "
                               f"{d.name} (P@k over more labels than there are)")
         self.test = _host_split(d.test, int(m.eval_rows))
+        self.popular = popularity_baseline(d.train.Y, self.test.Y, [int(k) for k in self.mcfg.topk])
         max_labels = int(np.diff(d.train.Y.indptr).max(initial=0))
         self.hp = ref.Hyper.from_cfg(self.mcfg, d.n_labels, max_labels)
         if self.hp.min_active > d.n_labels:
@@ -158,6 +202,16 @@ class SlideModel(Model):
             p1 = self.hist["cpu"].last("p@1")
             if not p1 > chance:
                 self.failures.append(f"cpu: P@1 {p1:.4f} is not above chance ({chance:.4g} = labels a row / labels)")
+        pop = self.popular.get("p@1", math.nan)
+        p1s = {name: h.last("p@1") for name, h in self.hist.items()}
+        self.ctx.notice("P@1 " + ", ".join(f"{v:.3f} ({name})" for name, v in p1s.items()) +
+                        f" against {pop:.3f} for predicting the most frequent training label for every test row "
+                        f"(p1_popular)")
+        flat = [name for name, v in p1s.items() if math.isfinite(v) and not v > pop]
+        if flat:
+            self.ctx.notice(f"{', '.join(flat)}: P@1 not above the popularity baseline ({pop:.3f}): "
+                            f"{'it' if len(flat) == 1 else 'they'} learned little beyond the label frequencies; "
+                            f"train longer (epochs=, model.max_steps=0) or with a larger model.lr")
         self.step_err: Optional[float] = None
         if self.ctx.cuda and "slide" in self.hist:
             self.step_err = self.check_gpu_step()
@@ -211,6 +265,7 @@ class SlideModel(Model):
             r["overflow"] = _agg(np.sum, h, "overflow_samples", int)
             r["table_dropped"] = _agg(np.sum, h, "table_dropped", int)
             r["mem_mb"] = h.last("mem_mb")
+            r["p1_popular"] = self.popular.get("p@1")
             if dense and name != dense:
                 dp = self.hist[dense].last("p@1")
                 r[f"p1_vs_{dense}"] = r["p@1"] / dp if dp > 0 else math.nan
@@ -219,7 +274,7 @@ class SlideModel(Model):
             rows.append(r)
         speedups(rows, self.ours, self.baselines, "epoch_ms")
         cols = (["variant", "kind", "epochs", "epoch_ms", "step_ms", "train_s"] + [f"p@{k}" for k in ks] +
-                ["loss", "active_mean", "active_max", "overflow", "table_dropped", "mem_mb"] +
+                ["p1_popular", "loss", "active_mean", "active_max", "overflow", "table_dropped", "mem_mb"] +
                 [f"x_vs_{b}" for b in self.baselines] + ([f"p1_vs_{dense}"] if dense else []) + ["step_err"])
         rep = Report(rows=rows, columns=cols, failures=self.failures,
                      title=f"slide on {d.name}: {d.train.X.shape[0]} train / {self.test.X.shape[0]} test rows, "
@@ -244,6 +299,11 @@ class SlideModel(Model):
             if key.startswith(("x_vs_", "p1_vs_")) and x is not None:
                 rep.metrics[f"summary/best_{key}"] = float(x)
         rep.metrics["summary/chance_p@1"] = self.chance
+        for key, v in self.popular.items():             # the popularity baseline (most frequent training labels)
+            rep.metrics[f"summary/popular_{key}"] = float(v)
+        rep.notes.append(f"p1_popular: P@1 of predicting the most frequent training label for every test row "
+                         f"({self.popular.get('p@1', math.nan):.4f}); a model that learned only the label "
+                         f"frequencies scores this")
         rep.notes.append(f"{main}: max_active {hp.max_active}, min_active {min(hp.min_active, d.n_labels)}, "
                          f"threshold {hp.threshold}, rebuild every {hp.rebuild_every} samples "
                          f"(decay {hp.rebuild_decay}), reshuffle every {hp.reshuffle_every}; "

@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import multiprocessing as mp
-import os
 import signal
 import threading
 from pathlib import Path

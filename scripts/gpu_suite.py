@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GPU side in one call: GPU tests, every model's benchmarks, compute-sanitizer, and the
+"""The GPU side in one command: GPU tests, every model's benchmarks, compute-sanitizer, and the
 regenerated docs/gpu-results.md. Run on a machine with an NVIDIA GPU, from the project root:
 
     python3 scripts/gpu_suite.py run --out outputs/gpu-suite
@@ -32,7 +32,7 @@ every such command in docs/models/*.md and fails where the table differs (``--up
     <!-- generated: python3 scripts/gpu_suite.py table docs/gpu-runs/A.json docs/gpu-runs/B.json --experiment softmax_topn --index L,N --variants topn_bucket,torch_topk --value median_ms --scale 1000 --unit µs --extra 'topn_bucket:x_vs_torch_topk:bucket x torch' -->
     python3 scripts/gpu_suite.py table --check-docs
 
-Before and after a change, on one machine in one call: unpack the older commit beside the project
+Before and after a change, on one machine in one command: unpack the older commit beside the project
 (``git archive <commit> | tar -x -C /tmp/before; echo <commit> > /tmp/before/COMMIT``), run the same
 runs there with ``--tree /tmp/before --tag before`` and here with ``--tag after``; ``render`` then
 compares the two records row by row (``conf/suite/extra/harness_before_after.yaml`` is such a list).
@@ -369,7 +369,7 @@ def before_after(records: List[Dict[str, Any]]) -> List[str]:
                         runs[t][" ".join(sorted(_overrides(r["run"])))] = (d, r)
         table, ratios = [], []
         for key in [k for k in runs["after"] if k in runs["before"]]:
-            (db, rb), (da, ra) = runs["before"][key], runs["after"][key]
+            (_, rb), (_, ra) = runs["before"][key], runs["after"][key]
             rows_b = {tuple(str(x.get(c, "")) for c in ROW_KEYS): x for x in rb["rows"]}
             for row in ra["rows"]:
                 k = tuple(str(row.get(c, "")) for c in ROW_KEYS)

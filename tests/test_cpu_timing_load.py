@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy  # noqa: F401  (loads the BLAS whose pool is pinned)
 import pytest
 
 from pipeline.timing import pinned_threads

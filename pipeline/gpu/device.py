@@ -39,7 +39,8 @@ def why_unavailable() -> Optional[str]:
     except Exception as e:  # ImportError or a broken install
         return f"PyCUDA is not importable ({type(e).__name__}: {e}); install the 'cuda' extra: pip install -e '.[cuda]'"
     try:
-        import cupy  # noqa: F401
+        import importlib
+        importlib.import_module("cupy")
     except Exception as e:
         return f"CuPy is not importable ({type(e).__name__}); install cupy-cuda13x"
     try:

@@ -88,7 +88,6 @@ def _job_number() -> int:
 def claim(cfg, poll_s: float = 0.5) -> Iterator[Claim]:
     """Hold ``launcher.gpus_per_job`` GPUs of the pool for the duration of the block and point this
     process's CUDA at them (device 0 .. n-1 of the job). A no-op Claim when the pool does not apply."""
-    global _bound
     if not wanted(cfg):
         yield Claim()
         return

@@ -211,6 +211,7 @@ def test_validation_errors_name_the_key(compose, overrides, culprit):
     assert str(e.value).startswith(culprit) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_cli_fewhot_cpu(cli):
     r = cli("model=fewhot", "backend=cpu", check=True)
     assert "need a GPU" in r.stderr and "cpu_sparse" in r.stdout and "FAIL" not in r.stdout

@@ -105,6 +105,7 @@ def test_config_errors_are_one_line(cli, override, msg):
     assert len(err) == 1 and msg in err[0], r.stderr
 
 
+@pytest.mark.slow
 def test_cli_cpu_runs_all_layers_and_logs(cli, tmp_path):
     r = cli("model=bcm", "backend=cpu", "experiment=bcm_layers", "bench.min_repeats=2", "bench.min_time_ms=1",
             check=True, timeout=300)

@@ -51,6 +51,7 @@ def test_cuda_backend_without_gpu_fails_cleanly(cli, tmp_path):
     assert [x.info.status for x in runs] == ["FAILED"]
 
 
+@pytest.mark.slow
 def test_multirun_parent_and_children(cli, tmp_path):
     r = cli("-m", "model=bcm", "backend=cpu", "block_size=16,32", "bench.min_repeats=2", "bench.min_time_ms=1",
             fresh_store=True)   # the sweep creates the store before its jobs start
@@ -90,6 +91,7 @@ def test_sweep_plot_draws_the_objective_against_the_swept_knob():
     assert sweep_plot([{"run": "kernel=a", "status": "FAILED"}]) is None
 
 
+@pytest.mark.slow
 def test_multirun_with_a_failing_job_ends_parent_failed(cli, tmp_path):
     r = cli("-m", "model=bcm", "backend=cpu", "block_size=16,48", "bench.min_repeats=2", "bench.min_time_ms=1")
     assert r.returncode != 0

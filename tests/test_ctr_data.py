@@ -303,6 +303,7 @@ def test_avazu_source_files_split_and_cache(compose, tmp_path, monkeypatch):
     assert len(list((tmp_path / "cache").glob("ctr-avazu-*.npz"))) == 2
 
 
+@pytest.mark.slow
 def test_cli_wide_lr_avazu(cli, tmp_path):
     rows = [avazu_row(i, int(random.Random(i).random() < (0.4 if i % 3 == 0 else 0.1)), f"1410{21 + i // 300}{i % 24:02d}",
                       site=("1fbe01fe", "85f751fd", "d6137915")[i % 3]) for i in range(1500)]

@@ -80,6 +80,7 @@ def test_sources_found():
 
 @needs_nvcc
 @pytest.mark.parametrize("build", BUILDS, ids=build_id)
+@pytest.mark.slow
 def test_compiles_for_sm90_without_warnings(compiled, build):
     cmd, rc, msg = compiled[build_id(build)]
     if rc != 0:

@@ -306,6 +306,7 @@ def test_click_log_directory(tmp_path):
     raises(lambda: ctr.read(tmp_path, ctr.layout_of({"format": "criteo"}), 1000), tmp_path, "is a directory")
 
 
+@pytest.mark.slow
 def test_cli_click_log_without_rows_then_fixed(cli, tmp_path):
     """At the CLI: `error: <file>: ...`, exit 2, no traceback, no cache entry; the fixed file runs."""
     f = _avazu(tmp_path / "train.csv", [])

@@ -120,6 +120,7 @@ def test_the_docs_have_commands():
 
 
 @pytest.mark.parametrize("command", CASES)
+@pytest.mark.slow
 def test_doc_command_composes(compose, command):
     why = check_command(compose, command)
     if why:

@@ -70,6 +70,7 @@ def _one_error_line(r) -> str:
     return lines[-1]
 
 
+@pytest.mark.slow
 def test_host_memory_too_small_for_the_sizes(cli, tmp_path):
     # ~1 EB for the layer's input: no machine allocates it (numpy raises MemoryError at once)
     r = cli("model=bcm", "backend=cpu", "batch_size=500000000000000")
@@ -78,6 +79,7 @@ def test_host_memory_too_small_for_the_sizes(cli, tmp_path):
     assert [x.info.status for x in _runs(tmp_path)] == ["FAILED"]
 
 
+@pytest.mark.slow
 def test_sparse_dnn_neurons_that_differ_from_the_packaged_network(cli, tmp_path):
     r = cli("model=sparse_dnn", "backend=cpu", "dataset.neurons=1000")
     line = _one_error_line(r)
@@ -85,6 +87,7 @@ def test_sparse_dnn_neurons_that_differ_from_the_packaged_network(cli, tmp_path)
     assert [x.info.status for x in _runs(tmp_path)] == ["FAILED"]
 
 
+@pytest.mark.slow
 def test_slide_topk_over_more_labels_than_the_dataset_has(cli, tmp_path):
     # bibtex has 159 labels: P@160 was computed anyway and the run ended in a verification error
     r = cli("model=slide", "backend=cpu", "dataset=bibtex", "model.topk=[1,160]")
@@ -93,6 +96,7 @@ def test_slide_topk_over_more_labels_than_the_dataset_has(cli, tmp_path):
     assert [x.info.status for x in _runs(tmp_path)] == ["FAILED"]
 
 
+@pytest.mark.slow
 def test_a_size_the_small_preset_replaces_is_named_as_not_used(cli):
     """On the CPU backend's small preset a size the user typed (model.rows of fewhot) is replaced:
     the run says which of the given overrides it does not use; size=full uses them, silently."""

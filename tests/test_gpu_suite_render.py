@@ -163,6 +163,7 @@ def test_before_after_compares_the_same_rows_of_tagged_records(tmp_path):
     assert "## Before and after (NVIDIA H100 80GB HBM3" in suite.render(f)
 
 
+@pytest.mark.slow
 def test_a_stopped_suite_keeps_what_finished(tmp_path):
     """SIGTERM (e.g. the `timeout` around a device command) while a part's child runs: the child gets
     SIGINT and ends cleanly, the part's record is written with what finished and marked interrupted,

@@ -89,6 +89,7 @@ def test_interrupt_before_any_result_keeps_config_and_tag(compose, mlflow_store,
     assert "config.yaml" in {a.path for a in _client(mlflow_store).list_artifacts(run.info.run_id)}
 
 
+@pytest.mark.slow
 def test_bcm_cnn_stopped_after_three_epochs(compose, mlflow_store, tmp_path, monkeypatch):
     """The issue's case: bcm_cnn stopped after 3 finished epochs keeps them (KILLED, tagged)."""
     from pipeline.models.bcm_cnn import model as cnn

@@ -580,6 +580,7 @@ def test_defaults_compose_and_effective_small(compose):
     assert effective(m, "full") is m
 
 
+@pytest.mark.slow
 def test_suite_and_sanitize_configs_compose(compose):
     from pipeline.config import validate
     from pipeline import suite
@@ -589,6 +590,7 @@ def test_suite_and_sanitize_configs_compose(compose):
         validate(compose(list(ov)))
 
 
+@pytest.mark.slow
 def test_bibtex_through_runner(compose, tmp_path):
     """dataset=bibtex (real, 159 labels) on the CPU backend: cpu against cpu_dense, one epoch."""
     from pipeline import runner
@@ -646,6 +648,7 @@ def test_gpu_step_check_logic(compose, tmp_path):
     assert m.check_gpu_step() > 5e-3 and "differs from the NumPy step" in m.failures[0]
 
 
+@pytest.mark.slow
 def test_cli_bad_config_one_line(cli):
     r = cli("model=slide", "model.bin_size=6", timeout=120)
     assert r.returncode != 0

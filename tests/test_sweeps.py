@@ -239,6 +239,7 @@ def test_sweep_logs_to_a_tracking_server(server, tmp_path):
     assert any((tmp_path / "server-artifacts").rglob("results.csv"))
 
 
+@pytest.mark.slow
 def test_unreachable_server_fails_fast_before_any_job(tmp_path):
     port = _free_port()
     t0 = time.time()
@@ -265,6 +266,7 @@ def test_an_invalid_job_stops_the_sweep_before_any_job_runs(tmp_path):
 
 # --------------------------------------------------------------------------- dead and interrupted jobs
 
+@pytest.mark.slow
 def test_sweep_end_marks_runs_of_dead_jobs(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
     from omegaconf import OmegaConf

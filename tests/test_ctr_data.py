@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 from sklearn.feature_extraction import FeatureHasher
 
 from pipeline.data import criteo, ctr

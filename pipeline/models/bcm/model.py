@@ -9,7 +9,7 @@ import numpy as np
 from pipeline.bench import BENCH_COLUMNS, Case, Variant, best_metrics, failures, measure
 from pipeline.models.base import Model
 from pipeline.models.bcm import reference as ref
-from pipeline.models.bcm.costs import TF32_TOL, bcm_cost, dense_check, dense_cost  # noqa: F401 (re-exported)
+from pipeline.models.bcm.costs import bcm_cost, dense_check, dense_cost
 from pipeline.models.bcm.variants import BCM_KERNEL_NAMES, DENSE, REGISTRY
 from pipeline.results import Report
 

@@ -591,7 +591,6 @@ class SlideGPU(_Engine):
 
     # -------------------------------------------------------------- one step
     def step(self, batch: DeviceBatch, pad_off: np.ndarray) -> None:
-        hp = self.hp
         B = len(batch)
         self._buffers(B, batch.split.max_labels)
         s = batch.split

@@ -37,8 +37,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.models.slide.variants import HASHES, OPTIMIZERS  # noqa: F401  (re-exported)
-
 PHASES = ("input_fwd", "lsh_query", "output_fwd_softmax", "output_bwd", "hidden_bwd", "update", "rebuild")
 
 

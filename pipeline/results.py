@@ -49,8 +49,10 @@ class Report:
 
 
 def is_device_column(name: str) -> bool:
-    """A column that only a GPU run has: ``gpu`` is one of its ``_``-separated words."""
-    return "gpu" in name.split("_")
+    """A column that times a GPU: ``gpu`` is one of its ``_``-separated words and it ends in a
+    unit of time (``gpu_ms``, ``to_target_gpu_s``; not ``per_gpu``)."""
+    words = name.split("_")
+    return "gpu" in words[:-1] and words[-1] in ("ms", "s", "us")
 
 
 CASE_END = "variant"                 # the column that ends a row's case description

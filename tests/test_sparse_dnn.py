@@ -329,7 +329,8 @@ def test_cli_golden_mismatch_fails_run(cli, tmp_path, net):
     r = cli("model=sparse_dnn", "backend=cpu", "dataset=hpec_tsv", "dataset.path=tiny", "dataset.layers=3",
             f"data_dir={tmp_path / 'data'}", f"cache_dir={tmp_path / 'cache'}")
     assert r.returncode == 4, r.stdout + r.stderr
-    assert "categories differ from the golden set" in r.stderr
+    assert "categories differ from the golden set (" in r.stderr
+    assert "tiny" in r.stderr.split("categories differ from the golden set (", 1)[1]   # names the files
 
 
 # ---------------------------------------------------------------------------- cluster layout, default variants

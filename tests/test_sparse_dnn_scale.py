@@ -281,7 +281,7 @@ def test_passes_that_differ_bit_for_bit_fail_our_variants_only(compose, tmp_path
     assert [r["deterministic"] for r in model.rows] == ["NO: the final activations differ between passes"] * 2 + [
         "not promised; NO: the final activations differ between passes"]
     assert [f.split(":")[0].split("/")[1] for f in model.failures] == ["snig"]       # baselines: noted only
-    assert by["snig"]["ok"] and by["snig"]["exact"]
+    assert by["snig"]["ok"] and by["snig"]["exact_outside_ambiguous"] == "yes"
     rep = model.report()
     assert any(n.startswith("cusparse: deterministic not promised") for n in rep.notes)
 
@@ -296,12 +296,14 @@ def test_check_allows_only_rounding_ambiguous_rows_to_differ(compose, tmp_path, 
     monkeypatch.setattr(_FakeRunner, "answer", np.array(sorted(gold + free[:1]), np.int64))
     model.execute()
     r = model.rows[0]
-    assert r["ok"] and not r["exact"] and r["ambiguous"] == 2 and r["amb_diff"] == 1 and not model.failures
+    assert r["ok"] and r["exact_outside_ambiguous"] == "yes" and r["ambiguous"] == 2 and not model.failures
+    assert r["ambiguous_rows_differing"] == 1
     rep = model.report()
     assert any(f"classified otherwise than the exact semantics (allowed): [{free[0]}]" in n for n in rep.notes)
     tag = f"{net.N}x{net.L}"
     assert rep.metrics[f"summary/{tag}/rounding_ambiguous"] == 2.0
-    assert rep.metrics[f"summary/{tag}/snig/ambiguous_diff"] == 1.0 and rep.metrics[f"summary/{tag}/snig/exact"] == 0.0
+    assert rep.metrics[f"summary/{tag}/snig/ambiguous_rows_differing"] == 1.0
+    assert rep.metrics[f"summary/{tag}/snig/exact_outside_ambiguous"] == 1.0
     # a row outside the ambiguous ones fails
     model2, _ = _fake_model(compose, tmp_path, monkeypatch, 0, ["model.baselines=[]"])
     model2.nets[0].meta["ambiguous"] = np.array(free[:1], np.int64)

@@ -438,8 +438,8 @@ def test_floor_is_the_larger_of_bytes_and_flops_at_the_ceilings():
 def test_a_cpu_report_has_no_gpu_columns():
     """On the CPU backend a ``gpu_`` column would name a CPU time wrongly: the runner drops them."""
     rep = Report(rows=[{"variant": "cpu", "kind": "ours", "epoch_ms": 5.0, "gpu_ms": 4.0, "to_target_gpu_s": 1.0,
-                        "gpus": 1}],
-                 columns=["variant", "kind", "epoch_ms", "gpu_ms", "to_target_gpu_s", "gpus"])
+                        "gpus": 1, "per_gpu": 2}],
+                 columns=["variant", "kind", "epoch_ms", "gpu_ms", "to_target_gpu_s", "gpus", "per_gpu"])
     rep.drop_device_columns()
-    assert rep.columns == ["variant", "kind", "epoch_ms", "gpus"]
-    assert rep.rows == [{"variant": "cpu", "kind": "ours", "epoch_ms": 5.0, "gpus": 1}]
+    assert rep.columns == ["variant", "kind", "epoch_ms", "gpus", "per_gpu"]
+    assert rep.rows == [{"variant": "cpu", "kind": "ours", "epoch_ms": 5.0, "gpus": 1, "per_gpu": 2}]

@@ -1,8 +1,10 @@
 """Schema and checks for model=bcm_cnn (BCM CNN training, Dong et al. 2020 §4.5)."""
 from dataclasses import dataclass, field
-from typing import List
+from typing import Any, Dict, List, Optional
 
-from pipeline.config import ModelConf, knob, register_variants, require, store, validator
+from omegaconf import OmegaConf
+
+from pipeline.config import ModelConf, is_pow2, knob, register_variants, require, store, validator
 from pipeline.config.bcm import check_block_sizes
 from pipeline.models.bcm_cnn.variants import REGISTRY
 
@@ -27,6 +29,11 @@ class BcmCnnConf(ModelConf):
     test_limit: int = 0               # evaluate on the first N test images (0: all)
     eval_batch: int = 500
     min_accuracy: float = 0.0         # fail the run when a network's final test accuracy is below this
+    small: Optional[Dict[str, Any]] = None   # size=small (the CPU backend's preset): these model keys replace the
+                                             # ones above (an experiment's grid on a CPU); null: none
+
+
+NOT_SMALL = ("small", "name", "impl", "variants", "baselines")   # keys model.small cannot replace
 
 
 store("model", "schema_bcm_cnn", BcmCnnConf)
@@ -35,20 +42,38 @@ register_variants("bcm_cnn", REGISTRY)
 
 @validator("bcm_cnn")
 def _check(cfg) -> None:
+    small = cfg.model.small or {}
+    for k in small:
+        require(k in BcmCnnConf.__dataclass_fields__ and k not in NOT_SMALL, f"model.small.{k}", small[k],
+                "keys of the model config (e.g. epochs, block_sizes, train_limit)")
+    _check_model(cfg)
+    if small:      # the CPU preset's values pass the same checks, named model.small.<key>
+        _check_model(OmegaConf.merge(cfg, {"model": OmegaConf.to_container(small)}), set(small))
+
+
+def _check_model(cfg, small=()) -> None:
     m = cfg.model
-    check_block_sizes(cfg, 2, 64, " (the tiled kernel's limit)")
+
+    def key(k: str) -> str:
+        return f"model.small.{k}" if k in small else knob(cfg, k)
+    if small and {"block_size", "block_sizes"} & set(small):
+        for k in list(m.block_sizes) or [m.block_size]:
+            require(is_pow2(k) and 2 <= k <= 64, key("block_sizes" if "block_sizes" in small else "block_size"), k,
+                    "a power of two between 2 and 64 (the tiled kernel's limit)")
+    else:
+        check_block_sizes(cfg, 2, 64, " (the tiled kernel's limit)")
     require(cfg.dataset.name in DATASETS, "dataset", cfg.dataset.name, f"one of {', '.join(DATASETS)} for model=bcm_cnn")
     fallback = str(cfg.dataset.get("fallback", "") or "")
     require(fallback in ("",) + DATASETS, "dataset.fallback", fallback, f"'' or one of {', '.join(DATASETS)}")
-    require(m.batch_size > 0, knob(cfg, "batch_size"), m.batch_size, "a positive integer")
-    require(m.epochs > 0, knob(cfg, "epochs"), m.epochs, "a positive integer")
-    require(m.precision in ("fp32", "tf32"), "model.precision", m.precision, "fp32 or tf32")
-    require(m.lr > 0, "model.lr", m.lr, "a positive number")
-    require(0 <= m.momentum < 1, "model.momentum", m.momentum, "in [0, 1)")
-    require(m.clip_norm >= 0, "model.clip_norm", m.clip_norm, "a non-negative number (0: no clipping)")
-    require(m.weight_decay >= 0, "model.weight_decay", m.weight_decay, "a non-negative number")
-    require(m.train_limit >= 0, "model.train_limit", m.train_limit, "0 (all) or a positive integer")
-    require(m.test_limit >= 0, "model.test_limit", m.test_limit, "0 (all) or a positive integer")
-    require(m.eval_batch > 0, "model.eval_batch", m.eval_batch, "a positive integer")
-    require(m.bcm or m.dense_baseline, "model.bcm", m.bcm, "true, or model.dense_baseline=true (nothing to train)")
-    require(0.0 <= m.min_accuracy <= 1.0, "model.min_accuracy", m.min_accuracy, "in [0, 1]")
+    require(m.batch_size > 0, key("batch_size"), m.batch_size, "a positive integer")
+    require(m.epochs > 0, key("epochs"), m.epochs, "a positive integer")
+    require(m.precision in ("fp32", "tf32"), key("precision"), m.precision, "fp32 or tf32")
+    require(m.lr > 0, key("lr"), m.lr, "a positive number")
+    require(0 <= m.momentum < 1, key("momentum"), m.momentum, "in [0, 1)")
+    require(m.clip_norm >= 0, key("clip_norm"), m.clip_norm, "a non-negative number (0: no clipping)")
+    require(m.weight_decay >= 0, key("weight_decay"), m.weight_decay, "a non-negative number")
+    require(m.train_limit >= 0, key("train_limit"), m.train_limit, "0 (all) or a positive integer")
+    require(m.test_limit >= 0, key("test_limit"), m.test_limit, "0 (all) or a positive integer")
+    require(m.eval_batch > 0, key("eval_batch"), m.eval_batch, "a positive integer")
+    require(m.bcm or m.dense_baseline, key("bcm"), m.bcm, "true, or model.dense_baseline=true (nothing to train)")
+    require(0.0 <= m.min_accuracy <= 1.0, key("min_accuracy"), m.min_accuracy, "in [0, 1]")

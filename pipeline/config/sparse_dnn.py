@@ -27,6 +27,8 @@ class SparseDnnDatasetConf:
     ymax: float = 32.0
     inputs: str = "mnist"              # radixnet only: mnist (resized + binarized) | random
     golden: str = ""                   # tsv only: categories file name ('' = neuron{N}-l{L}-categories.tsv)
+    fallback: str = ""                 # radixnet with inputs=mnist: the inputs used when MNIST is not in data_dir
+                                       # (random; one-line notice); '' = fail with the fetch command
     keep_layers_gb: float = 2.0        # radixnet: layers up to this many GB (as CSR) are kept as a list; larger
                                        # networks are regenerated on demand for each pass (never all held)
     small_layers: int = 24             # size=small preset (CPU backend)
@@ -70,6 +72,9 @@ def _check(cfg) -> None:
     if d.format == "radixnet":
         require(int(d.neurons) in SIZES, "dataset.neurons", d.neurons, f"one of {SIZES} for RadiX-Net")
         require(str(d.inputs) in INPUTS, "dataset.inputs", d.inputs, f"one of {', '.join(INPUTS)}")
+    stand_ins = tuple(i for i in INPUTS if i != "mnist")
+    require(str(d.get("fallback", "") or "") in ("",) + stand_ins, "dataset.fallback", d.get("fallback"),
+            f"'' (MNIST or fail) or {', '.join(stand_ins)} (RadiX-Net inputs when MNIST is not in data_dir)")
     require(int(d.layers) > 0, "dataset.layers", d.layers, "a positive integer")
     require(int(d.images) >= 0, "dataset.images", d.images, "0 (all) or a positive integer")
     require(int(d.small_layers) > 0, "dataset.small_layers", d.small_layers, "a positive number of layers (size=small)")

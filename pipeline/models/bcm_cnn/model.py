@@ -98,14 +98,23 @@ class BcmCnnModel(Model):
     CPU_VARIANTS = REGISTRY.names("cpu")
 
     # ---------------------------------------------------------------------------------- prepare
+    def _small_preset(self) -> None:
+        """size=small (the CPU backend): model.small's keys replace the model's (slide's rule,
+        ``pipeline.config.slide.effective``), in cfg, which every stage reads; said in one line."""
+        from pipeline.config.slide import effective
+        m = self.cfg.model
+        eff = effective(m, self.ctx.size)
+        if eff is m:
+            return
+        for k in m.small:
+            m[k] = eff[k]
+        self.ctx.notice("size=small: model " + " ".join(f"{k}={v}" for k, v in m.small.items()) +
+                        " (model.small; model.small=null keeps the full settings)")
+
     def prepare(self) -> None:
         cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
-        self.dataset = str(cfg.dataset.name)
-        fallback = str(cfg.dataset.get("fallback", "") or "")
-        if fallback and not datasets.available(cfg, self.dataset):
-            ctx.notice(f"dataset {self.dataset} is not in data_dir={cfg.data_dir}: training on {fallback} instead "
-                       f"(get it with: python -m pipeline.data.fetch {self.dataset})")
-            self.dataset = fallback
+        self._small_preset()
+        self.dataset = datasets.fallback(cfg, str(cfg.dataset.name), ctx.notice)
         asked = REGISTRY.check(cfg)
         if ctx.cuda:
             gpu_only = [v for v in asked if v in BCM_VARIANTS]
@@ -266,7 +275,9 @@ class BcmCnnModel(Model):
         tol = float(self.cfg.model.tolerance)
         self.failures: List[str] = []
         self.layer_errors: Dict[str, Dict[str, float]] = {}
+        self.checked: Dict[str, bool] = {}            # network -> passed every check (the row's ok)
         for tag, r in self.results.items():
+            before = len(self.failures)
             if r["failure"]:
                 self.failures.append(r["failure"])
             if r["bcm"]:
@@ -280,6 +291,7 @@ class BcmCnnModel(Model):
             if not acc >= float(self.cfg.model.min_accuracy):
                 self.failures.append(f"{tag}: final test accuracy {acc:.4f} < model.min_accuracy "
                                      f"{float(self.cfg.model.min_accuracy):g}")
+            self.checked[tag] = len(self.failures) == before
 
     # ----------------------------------------------------------------------------------- report
     @staticmethod
@@ -295,7 +307,7 @@ class BcmCnnModel(Model):
         ``time_vs_dense`` and ``layer_time_vs_dense`` (BCM time / dense time: the epoch, the linear
         layers)."""
         bcm = [r["network"] for r in rows if r["network"] != "dense"]
-        for col, name in (("epoch_s", "time_vs_dense"), ("layer_s", "layer_time_vs_dense")):
+        for col, name in (("epoch_ms", "time_vs_dense"), ("layer_s", "layer_time_vs_dense")):
             ratios = speedups([{"network": r["network"], col: r[col]} for r in rows], bcm, ["dense"], col,
                               key="network")
             for row, x in zip(rows, ratios):
@@ -303,11 +315,12 @@ class BcmCnnModel(Model):
                     continue
                 v = x.get("x_vs_dense")
                 row[name] = 1.0 / v if v else None
-                if col == "epoch_s" and v:
+                if col == "epoch_ms" and v:
                     row["x_vs_dense"] = v
 
     def report(self) -> Report:
         rep = Report(failures=self.failures)
+        checked = getattr(self, "checked", {})
         dense = self.results.get("dense")
         dense_acc = dense["hist"]["test_acc"][-1] if dense and dense["hist"]["test_acc"] else None
         rows = []
@@ -318,11 +331,14 @@ class BcmCnnModel(Model):
                 impl = r["variant"] if r["bcm"] else f"cublas_{self.cfg.model.precision}"
             else:
                 impl = "numpy_fft" if r["bcm"] else "numpy"
-            row = {"network": tag, "k": r["k"] or "-", "variant": impl,
+            # variant: the network (what the fastest line names; the BCM networks are ours, dense the
+            # baseline), impl: what computes its linear layers; network stays for the suite's records
+            row = {"variant": tag, "kind": OURS if r["bcm"] else BASELINE, "ok": checked.get(tag, True),
+                   "network": tag, "k": r["k"] or "-", "impl": impl,
                    "weights": net.n_weights, "compression": net.n_dense_weights / net.n_weights,
                    "epochs": len(h["test_acc"]), "train_loss": h["train_loss"][-1] if h["train_loss"] else None,
                    "test_acc_pct": 100 * acc, "best_acc_pct": 100 * max(h["test_acc"], default=float("nan")),
-                   "epoch_s": self._steady(h["epoch_s"]), "layer_s": self._steady(h["layer_s"])}
+                   "epoch_ms": 1e3 * self._steady(h["epoch_s"]), "layer_s": self._steady(h["layer_s"])}
             if r["bcm"]:
                 row["max_layer_err"] = max(self.layer_errors.get(tag, {}).values(), default=None)
             if r["bcm"] and dense_acc is not None:
@@ -335,15 +351,15 @@ class BcmCnnModel(Model):
         if dense_acc is not None:
             self._vs_dense(rows)
         for row in rows:
-            for key in ("test_acc_pct", "best_acc_pct", "train_loss", "epoch_s", "layer_s", "compression",
+            for key in ("test_acc_pct", "best_acc_pct", "train_loss", "epoch_ms", "layer_s", "compression",
                         "acc_gap_pct", "paper_gap_pct", "x_vs_dense", "time_vs_dense", "layer_time_vs_dense"):
                 v = row.get(key)
                 if isinstance(v, (int, float)) and v == v:
                     rep.metrics[f"summary/{row['network']}/{key}"] = float(v)
         rep.rows = rows
-        rep.columns = ["network", "k", "variant", "weights", "compression", "epochs", "train_loss", "test_acc_pct",
-                       "best_acc_pct", "acc_gap_pct", "paper_gap_pct", "epoch_s", "x_vs_dense", "time_vs_dense", "layer_s",
-                       "layer_time_vs_dense", "max_layer_err"]
+        rep.columns = ["variant", "kind", "k", "impl", "ok", "weights", "compression", "epochs", "train_loss",
+                       "test_acc_pct", "best_acc_pct", "acc_gap_pct", "paper_gap_pct", "epoch_ms", "x_vs_dense",
+                       "time_vs_dense", "layer_s", "layer_time_vs_dense", "max_layer_err"]
         first_bcm = next((r for r in self.results.values() if r["bcm"]), None)
         obj = first_bcm or dense
         if obj and obj["hist"]["test_acc"]:

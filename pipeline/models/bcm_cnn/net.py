@@ -315,7 +315,6 @@ class Net:
 
     def backward(self, g) -> None:
         """g = dL/dlogits -> ``self.grads`` (list aligned with params())."""
-        xp = self.xp
         grads: Dict[str, Tuple] = {}
         first = self.linears[0]
         for (s, lin), c in zip(reversed(self.layers), reversed(self.cache)):

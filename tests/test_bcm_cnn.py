@@ -121,6 +121,7 @@ def test_unknown_key_rejected(cli):
 # ------------------------------------------------------------------------------------ training
 
 
+@pytest.mark.slow
 def test_cli_digits_trains_bcm_and_dense(cli, tmp_path):
     r = cli("model=bcm_cnn", "dataset=digits", "backend=cpu", "block_size=16", "epochs=4", "kernel=fused",
             "model.min_accuracy=0.6")
@@ -141,6 +142,7 @@ def test_cli_digits_trains_bcm_and_dense(cli, tmp_path):
     assert len(hist) == 4
 
 
+@pytest.mark.slow
 def test_cli_block_size_sweep_and_accuracy_check(cli):
     r = cli("-m", "model=bcm_cnn", "dataset=digits", "backend=cpu", "epochs=1", "model.train_limit=256",
             "model.test_limit=100", "model.dense_baseline=false", "block_size=8,32")
@@ -184,6 +186,7 @@ def test_cifar10_corrupt_pack_is_a_data_error(tmp_path):
         cifar10.decode(bad)
 
 
+@pytest.mark.slow
 def test_cli_mnist_small(cli, compose):
     from pipeline.data import mnist
     try:

@@ -121,6 +121,7 @@ def test_named_path_trains_on_the_cpu(compose, tmp_path, own_files):
     assert row["p1_popular"] == pytest.approx(pop) and row["p@1"] > max(0.5, 3 * pop), (row["p@1"], pop)
 
 
+@pytest.mark.slow
 def test_named_path_malformed_or_missing_file_fails(compose, tmp_path, own_files, cli):
     """A malformed line stops the CPU run (exit status != 0) with the reader's one-line error, on the
     command line too; so does a missing file. Nothing is trained on generated data instead."""

@@ -27,6 +27,7 @@ def net():
 # ---------------------------------------------------------------------------- reference
 
 @pytest.mark.parametrize("shortcut", [False, True])
+@pytest.mark.slow
 def test_reference_reproduces_official_golden_subset(net, shortcut):
     cats, rows = ref.infer(net.Y0, net.layers, net.bias, net.ymax, shortcut=shortcut)
     assert net.golden.tolist() == [286, 294, 385, 426, 427, 528, 570, 665, 756, 942, 944, 1030, 1096, 1097,
@@ -134,6 +135,7 @@ def _write_official(folder: Path, net, L: int, n_img: int, golden=None):
         (folder / f"neuron1024-l{L}-categories.tsv").write_text("".join(f"{g + 1}\n" for g in golden))
 
 
+@pytest.mark.slow
 def test_tsv_loader_round_trip(tmp_path, net):
     L = 12
     ref12, _ = ref.infer(net.Y0, net.layers[:L], net.bias, net.ymax)
@@ -261,6 +263,7 @@ def test_config_errors(compose, override, key):
         check_variants(cfg, ["snig", "bf", "cusparse", "cpu"])
 
 
+@pytest.mark.slow
 def test_cli_cpu_official(cli):
     r = cli("model=sparse_dnn", "backend=cpu")
     assert r.returncode == 0, r.stderr
@@ -268,6 +271,7 @@ def test_cli_cpu_official(cli):
     assert "need a GPU" in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_cpu_pull_falls_back_to_the_reference(cli):
     r = cli("model=sparse_dnn", "backend=cpu", "kernel=pull", "dataset.layers=12")
     assert r.returncode == 0, r.stderr
@@ -282,6 +286,7 @@ def test_pull_config_is_checked(compose):
         validate(compose(["model=sparse_dnn", "model.pull_neurons_per_warp=0"]))
 
 
+@pytest.mark.slow
 def test_cli_cpu_radixnet_small(cli):
     r = cli("model=sparse_dnn", "backend=cpu", "dataset=radixnet_4096", "dataset.inputs=random",
             "dataset.small_layers=12", "dataset.small_images=200")
@@ -289,6 +294,7 @@ def test_cli_cpu_radixnet_small(cli):
     assert "radixnet-1024-l12" in r.stdout and " ok " in r.stdout
 
 
+@pytest.mark.slow
 def test_cli_bad_tsv_fails_cleanly(cli, tmp_path):
     d = tmp_path / "data" / "bad"
     (d / "neuron1024").mkdir(parents=True)
@@ -323,6 +329,7 @@ def test_sectioned_csr_packing(net, S):
     assert (C.T != net.layers[1]).nnz == 0
 
 
+@pytest.mark.slow
 def test_cli_golden_mismatch_fails_run(cli, tmp_path, net):
     d = tmp_path / "data" / "tiny"
     _write_official(d, net, 3, 100, golden=np.array([0, 1, 2]))     # a wrong golden set

@@ -73,6 +73,7 @@ def failing(index, net, cfg_model, variant, notice):
 # ---------------------------------------------------------------------------- CPU
 
 @pytest.mark.parametrize("workers,batch", [(2, 50), (3, 64)])
+@pytest.mark.slow
 def test_coordinator_equals_in_process_reference(small_net, model_cfg, workers, batch):
     res = multi.run(small_net, "cpu", model_cfg, workers, batch, small_net.images, warmup=1, repeats=2)
     assert np.array_equal(res.categories, small_net.golden)
@@ -85,6 +86,7 @@ def test_coordinator_equals_in_process_reference(small_net, model_cfg, workers, 
     assert _no_children()
 
 
+@pytest.mark.slow
 def test_claiming_is_dynamic(small_net, model_cfg):
     res = multi.run(small_net, "cpu", model_cfg, 2, 40, small_net.images, repeats=1, factory=slow_first)
     assert np.array_equal(res.categories, small_net.golden)
@@ -99,6 +101,7 @@ def test_claiming_is_dynamic(small_net, model_cfg):
     ("run", "worker 1 (CPU reference) failed: ValueError: injected failure in batch ["),
     ("exit", "worker 1 (CPU reference) failed: its worker process exited with code 7"),
 ])
+@pytest.mark.slow
 def test_worker_error_is_one_line_and_stops_everything(small_net, model_cfg, mode, cause):
     t0 = time.time()
     with pytest.raises(GpuError) as e:
@@ -138,6 +141,7 @@ def test_gpus_config_checks(compose):
     (("dataset=radixnet_4096", "dataset.inputs=random", "dataset.small_layers=12", "dataset.small_images=200"),
      "radixnet-1024-l12"),
 ])
+@pytest.mark.slow
 def test_cli_cpu_workers_match_one_process(cli, overrides, network):
     outs = []
     for g in (1, 2):

@@ -161,6 +161,7 @@ def test_csc_packing_from_lazy_layers():
 
 # ---------------------------------------------------------------------------- reference
 
+@pytest.mark.slow
 def test_layer_major_reference_equals_serial_on_official_and_lazy():
     net = hpec.load_npz(ROOT / "data" / "hpec-1024", L=40)
     c1, r1 = ref.infer(net.Y0, net.layers, net.bias, net.ymax)

@@ -129,6 +129,7 @@ def test_stage_captures_one_graph_per_slice_length(monkeypatch):
     assert [list(r) for r in ran] == [list(order[0:5]), list(order[5:10]), list(order[10:14])]
 
 
+@pytest.mark.slow
 def test_cli_four_evaluations_an_epoch(cli, tmp_path):
     """The CPU CLI with model.evals_per_epoch=4: to_target_epochs in quarters, the per-epoch columns,
     epochs and MLflow per-epoch series as with one evaluation an epoch."""

@@ -84,7 +84,8 @@ def _ratios(best: Dict[str, Any], bases: Sequence[Dict[str, Any]], key: str, mea
 
 
 def _line(rows: Sequence[Dict[str, Any]], key: str, paper: Optional[str], measures: Dict[str, str]) -> Optional[str]:
-    good = [r for r in rows if r.get("ok", True) is not False and r.get("variant")]
+    # a floor (the empty kernel) computes nothing: never the fastest, never a ratio's baseline
+    good = [r for r in rows if r.get("ok", True) is not False and r.get("variant") and r.get("kind") != "floor"]
     timed = [r for r in good if not math.isnan(row_ms(r, key))]
     ours = [r for r in timed if r.get("kind") == "ours"]
     if not ours:

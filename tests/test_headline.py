@@ -60,6 +60,13 @@ def test_the_line_quotes_the_measure_its_ratio_is_made_of():
                     "the paper's variant")
 
 
+def test_the_launch_floor_is_never_the_fastest():
+    rows = [row("N=5", "fewhot", "ours", 0.0046), row("N=5", "cusparse", "baseline", 0.0175),
+            row("N=5", "launch_floor", "floor", 0.0027, ok=None)]
+    (line,) = fastest_lines(rows)
+    assert line.startswith("N=5: fastest: fewhot 0.0046 ms a call; 3.8x cusparse"), line
+
+
 def test_an_unstable_ratio_is_never_a_plain_ratio():
     rows = [dict(row("A", "cpu_fft", "ours", 1.0), x_vs_cpu_dense=41.2, ratio_spread=0.41, ratio_unstable="yes"),
             row("A", "cpu_dense", "baseline", 41.2)]

@@ -15,19 +15,24 @@ A trainer is any object with
   whole epoch);
 * optionally ``part_stats() -> dict``: with parts, numbers about the part just trained (e.g. its
   device time, a clock for :func:`time_to_target`), read after every part;
-* optionally ``work_per_epoch`` (samples, for the progress bar) and ``steps_per_epoch``.
+* optionally ``work_per_epoch`` (samples, for the progress bar) and ``steps_per_epoch``;
+* with ``fit(keep=)``: ``params()`` (the parameters; ``fit`` keeps a deep copy) and
+  ``set_params(params)`` (puts them back).
 
 An entry of ``trainers`` may also be a zero-argument callable that builds the trainer: it is called
 when its turn comes and dropped after, so only one trainer's (device) memory is held at a time.
 
 :func:`fit` times each epoch with :class:`pipeline.timing.Interval` (CUDA events on the GPU,
 ``perf_counter`` on the CPU) and returns one :class:`History` per trainer (with ``parts`` > 1 it
-times and evaluates each part, and an epoch's record sums its parts); :func:`speedups` (the
+times and evaluates each part, and an epoch's record sums its parts; with ``keep`` it ends each
+trainer with the parameters of the epoch that ``keep`` names, e.g. :meth:`Patience.best`, the best
+epoch of early stopping with patience); :func:`speedups` (the
 same function as :func:`pipeline.timing.speedups`, which bench.measure uses) turns rows of a
 results table into ``x_vs_<baseline>`` columns.
 """
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass, field
@@ -35,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 import numpy as np
 
-from pipeline.timing import Interval, speedups  # noqa: F401  (speedups: part of this module's API)
+from pipeline.timing import Interval
 
 OURS, BASELINE = "ours", "baseline"
 
@@ -58,16 +63,34 @@ class History:
     durations under the same keys (``epoch_ms``, ``wall_ms``, ``part_stats()``'s), ``epoch`` its
     position in epochs (1.25: a quarter into the second), ``time_s``, ``eval_ms`` and ``evaluate()``'s
     metrics; empty otherwise. An epoch's record then sums its parts' times and holds the evaluation
-    after its last part."""
+    after its last part. ``best``: with ``fit(keep=)``, the epoch (1-based) whose parameters the
+    trainer ended with (0: no rule, the last); ``final``: ``evaluate()`` after those parameters were
+    put back (empty when the last epoch was kept)."""
     name: str
     kind: str
     records: List[Dict[str, float]] = field(default_factory=list)
     stopped: str = ""
     parts: List[Dict[str, float]] = field(default_factory=list)
+    best: int = 0
+    final: Dict[str, float] = field(default_factory=dict)
 
     @property
     def epochs(self) -> int:
         return len(self.records)
+
+    @property
+    def kept_epoch(self) -> int:
+        """The epoch whose parameters the trainer ended with: ``best``, else the last."""
+        return self.best or self.epochs
+
+    def kept(self, key: str, default: float = math.nan) -> float:
+        """``key`` of the parameters the trainer ended with: the evaluation after they were put back
+        (``final``), else the kept epoch's record (the last epoch's without a keep rule)."""
+        if key in self.final:
+            return float(self.final[key])
+        if self.best and self.records:
+            return float(self.records[self.best - 1].get(key, default))
+        return self.last(key, default)
 
     @property
     def evals(self) -> List[Dict[str, float]]:
@@ -100,10 +123,59 @@ def _finite(rec: Dict[str, float], keys: Sequence[str]) -> bool:
     return all(math.isfinite(float(rec[k])) for k in keys if k in rec)
 
 
+@dataclass
+class Patience:
+    """Early stopping with patience on a validation metric, and the epoch to keep. An epoch improves
+    when its ``key`` beats the best before it by more than ``min_delta`` (lower for ``mode="min"``,
+    higher for ``"max"``; a non-finite value never does); the rule (``stop=`` of :func:`fit`) ends
+    training once ``patience`` epochs in a row did not, with a reason that starts with
+    ``"converged"`` (``"no finite"`` when no epoch had a finite value). :meth:`best` (``keep=`` of
+    :func:`fit`) is the epoch with the best value (the first of equals), whether or not it beat the
+    one before by ``min_delta``."""
+    key: str = "val_loss"
+    mode: str = "min"
+    patience: int = 5
+    min_delta: float = 0.0
+
+    def __post_init__(self):
+        if self.mode not in ("min", "max"):
+            raise ValueError(f"Patience.mode must be 'min' or 'max', not {self.mode!r}")
+        if int(self.patience) < 1:
+            raise ValueError(f"Patience.patience must be at least 1, not {self.patience!r}")
+
+    def _scan(self, history: History, delta: float) -> int:
+        """The last epoch (1-based) whose value beat the best before it by more than ``delta``; 0: none finite."""
+        best, at = math.nan, 0
+        sign = 1.0 if self.mode == "min" else -1.0
+        for i, v in enumerate(history.series(self.key)):
+            if math.isfinite(v) and (not at or sign * (best - v) > delta):
+                best, at = v, i + 1
+        return at
+
+    def improved(self, history: History) -> int:
+        """The last epoch that improved (by more than ``min_delta``); 0 when none had a finite value."""
+        return self._scan(history, self.min_delta)
+
+    def best(self, history: History) -> int:
+        """The epoch with the best finite value (the first of equals); 0 when there is none."""
+        return self._scan(history, 0.0)
+
+    def __call__(self, history: History) -> str:
+        last = self.improved(history)
+        since = history.epochs - last
+        if since < self.patience:
+            return ""
+        if not last:
+            return f"no finite {self.key} in {since} epoch(s) (patience {self.patience})"
+        return (f"converged: no {'lower' if self.mode == 'min' else 'higher'} {self.key} by more than "
+                f"{self.min_delta:g} in the {since} epoch(s) after epoch {last} (patience {self.patience})")
+
+
 def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[History], str]] = None,
         watch: Sequence[str] = ("loss",), desc: str = "", work_per_epoch: int = 0,
         after: Optional[Callable[[Any], None]] = None,
-        on_epoch: Optional[Callable[[Any, Dict[str, float]], None]] = None, parts: int = 1) -> Dict[str, History]:
+        on_epoch: Optional[Callable[[Any, Dict[str, float]], None]] = None, parts: int = 1,
+        keep: Optional[Callable[[History], int]] = None) -> Dict[str, History]:
     """Train every trainer for ``epochs`` epochs, one after the other, and evaluate after each.
 
     ``stop(history) -> reason`` (empty: go on) ends a trainer early; a non-finite value of any
@@ -113,7 +185,10 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
     ``on_epoch(trainer, record)`` after each epoch's record is complete (e.g. to log it live).
     ``parts`` > 1: each epoch is trained as that many slices (see :class:`Trainer`), each timed
     and evaluated (:attr:`History.parts`); the epoch's record, the stop rules and the watch keys
-    stay per epoch."""
+    stay per epoch. ``keep(history) -> epoch`` (1-based; 0: none), asked after every epoch: when it
+    names the epoch just trained, a deep copy of the trainer's ``params()`` is kept; when the trainer
+    is done and it names an earlier epoch, ``set_params()`` puts that copy back and ``evaluate()``
+    runs again (:attr:`History.best`, :attr:`History.final`)."""
     parts = max(1, int(parts))
     built = [t for t in trainers if not callable(t) or hasattr(t, "epoch")]
     work = (work_per_epoch * len(trainers) if work_per_epoch else
@@ -125,6 +200,9 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
             tr = entry if hasattr(entry, "epoch") else entry()
             hist = History(tr.name, tr.kind)
             out[tr.name] = hist
+            if keep is not None and not (hasattr(tr, "params") and hasattr(tr, "set_params")):
+                raise TypeError(f"fit(keep=...): trainer {tr.name!r} has no params()/set_params()")
+            kept = (0, None)          # (epoch, a copy of its params) with keep
             per_sample = bool(getattr(tr, "work_per_epoch", 0))
             advance = bar.update if per_sample else (lambda n: None)
             total_s = 0.0
@@ -173,6 +251,8 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
                 hist.records.append(rec)
                 if on_epoch is not None:
                     on_epoch(tr, rec)
+                if keep is not None and keep(hist) == hist.epochs:
+                    kept = (hist.epochs, copy.deepcopy(tr.params()))
                 if not per_sample:
                     bar.update(1)
                 shown = {k: f"{rec[k]:.4g}" for k in list(watch) + ["p@1"] if k in rec}
@@ -187,6 +267,12 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
                     break
             if per_sample and hist.epochs < epochs:
                 bar.update(int(tr.work_per_epoch) * (epochs - hist.epochs))
+            if keep is not None:
+                hist.best = kept[0]
+                if 0 < hist.best < hist.epochs:
+                    tr.set_params(kept[1])
+                    hist.final = {k: float(v) for k, v in tr.evaluate().items()}
+            del kept
             if after is not None:
                 after(tr)
             del tr

@@ -145,7 +145,7 @@ def test_cfg_job_shows_the_values_in_effect(cli):
     r = cli("model=wide_lr", "--cfg=job", timeout=120)
     assert r.returncode == 0, r.stderr
     model = r.stdout[r.stdout.index("model:"):r.stdout.index("dataset:")]
-    assert "  batch_size: 1024\n" in model and "  epochs: 3\n" in model, model
+    assert "  batch_size: 1024\n" in model and "  epochs: 100\n" in model, model
     assert "${" not in r.stdout
     r = cli("model=wide_lr", "batch_size=512", "--cfg=job", timeout=120)
     model = r.stdout[r.stdout.index("model:"):r.stdout.index("dataset:")]

@@ -212,8 +212,8 @@ PAPER_DEFAULTS = {
     "softmax_topn": dict(block_size=None, batch_size=None, epochs=None),
     "sparse_dnn": dict(block_size=None, batch_size=0, epochs=None),  # 0: all images in one batch
     "slide": dict(block_size=None, batch_size=256, epochs=3),       # SLIDE: batch 256 (Amazon-670K)
-    "wide_lr": dict(block_size=None, batch_size=1024, epochs=3),    # cuWide: batch 1024
-    "wide_fm": dict(block_size=None, batch_size=1024, epochs=3),
+    "wide_lr": dict(block_size=None, batch_size=1024, epochs=100),  # cuWide: batch 1024; epochs: a cap (patience)
+    "wide_fm": dict(block_size=None, batch_size=1024, epochs=100),
 }
 COMMON = ("block_size", "batch_size", "epochs")
 

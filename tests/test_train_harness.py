@@ -9,7 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from pipeline.context import Context
-from pipeline.train import History, fit, speedups
+from pipeline.timing import speedups
+from pipeline.train import History, fit
 
 
 class Bar:

@@ -256,7 +256,8 @@ def test_adagrad_final_val_loss_within_0003_of_cpu(cli, batches, extra):
     final validation loss of flow within 0.003 of the sequential reference (cpu, the same AdaGrad), with
     the hot rows' accumulators cached (the default) and at 4 in flight also global."""
     r = cli("model=wide_lr", "dataset=ctr_synth", "dataset.scale=0.02", "backend=cuda", "epochs=5",
-            "batch_size=1024", "model.baselines=[cpu]", "model.optimizer=adagrad",
+            "batch_size=1024", "model.baselines=[cpu]", "model.optimizer=adagrad", "model.adagrad_lr=0.02",
+            "model.adagrad_bias=lr", "model.bias_init=zero", "model.keep_best=false",
             f"model.inflight_batches={batches}", *extra, timeout=600)
     print(r.stdout[-3000:], r.stderr[-2000:])
     assert r.returncode == 0
@@ -313,7 +314,8 @@ def test_evals_per_epoch_four_slices_end_as_one_pass(compose, tmp_path, variant,
     from pipeline.models.wide.model import WideModel, semantics
     cfg = compose(["model=wide_lr", "dataset=a9a", "size=small", "backend=cuda", "progress=false", "epochs=2",
                    "batch_size=256", f"cache_dir={tmp_path}", "model.design=warp", "model.update=chunk",
-                   "model.inflight=1", "model.baselines=[stage]", "model.evals_per_epoch=4", *knobs])
+                   "model.inflight=1", "model.baselines=[stage]", "model.evals_per_epoch=4", "model.optimizer=sgd",
+                   *knobs])
     m = WideModel(cfg, make_context(cfg, tmp_path))
     m.prepare()
     m.transfer()

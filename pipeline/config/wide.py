@@ -6,10 +6,15 @@ from omegaconf import MISSING
 
 from pipeline.config import DatasetConf, ModelConf, is_pow2, knob, register_variants, require, store, validator
 from pipeline.data.ctr import FORMATS as CLICK_LOGS, layout_of   # criteo, avazu, csv: the click-log reader
-from pipeline.models.wide.variants import FM, HOT_CACHE_SMEM_MAX, LR, caches_hot_accumulators, hot_cache_bytes
+from pipeline.models.wide.variants import (FM, HOT_CACHE_SMEM_MAX, LR, caches_hot_accumulators, hot_cache_bytes,
+                                           resolved_optimizer)
 
 UPDATES = ("chunk", "batch")
-OPTIMIZERS = ("sgd", "adagrad")
+OPTIMIZERS = ("auto", "sgd", "adagrad")
+STOP_RULES = ("patience", "paper")
+STOP_METRICS = ("val_loss", "val_auc")
+BIAS_INITS = ("prior", "zero")
+ADAGRAD_BIAS = ("prior", "lr")
 DESIGNS = ("chunk", "warp")
 FORMATS = ("svmlight", "synth") + CLICK_LOGS
 
@@ -23,8 +28,13 @@ class WideConf(ModelConf):
     k: int = 0                   # FM factor size; 0 = logistic regression
     lr: float = 0.5              # SGD step (paper: 0.5 for LR)
     batch_size: int = 1024       # mini-batch (samples) of the strict-batch variants (paper: 1024)
-    epochs: int = 3              # at most; early stopping may end sooner
-    early_stop: bool = True      # stop when val loss > mean of the last `window` epochs (paper)
+    epochs: int = 100            # at most (the cap); early stopping ends sooner
+    early_stop: bool = True      # stop early by stop_rule (false: train all `epochs`)
+    stop_rule: str = "patience"  # patience (stop_metric no better for `patience` epochs) | paper (`window`)
+    stop_metric: str = "val_loss"  # val_loss | val_auc: the metric of the patience rule and of keep_best
+    patience: int = 5            # stop_rule=patience: epochs without improvement before stopping
+    min_delta: float = 1e-4      # stop_rule=patience: the least change of stop_metric that counts as an improvement
+    keep_best: bool = True       # end with the parameters of the best epoch by stop_metric (false: the last epoch's)
     window: int = 10
     chunk: int = 32              # samples per chunk (one thread block at a time)
     hot: int = 256               # most frequent features whose gradients are cached in shared memory
@@ -48,10 +58,12 @@ class WideConf(ModelConf):
     carveout: int = -1           # design=warp: shared memory's share of each SM's L1/shared memory while flow_warp runs, percent (-1: the driver's choice)
     shuffle: bool = True         # reshuffle chunk order every epoch
     init_std: float = 0.01       # FM factors ~ N(0, init_std^2), seeded
+    bias_init: str = "prior"     # prior: the log-odds of the training labels | zero (paper)
     device_budget_mb: float = 0  # out-of-core when training data exceeds this (0: 60% of free memory)
     streams: int = 3             # buffers/streams of the out-of-core pipeline
-    optimizer: str = "sgd"       # flow and cpu: sgd | adagrad (per-coordinate steps; stage, torch: always sgd)
-    adagrad_lr: float = 0.02     # adagrad: per-sample step before the per-coordinate scaling
+    optimizer: str = "auto"      # flow, cpu: auto (adagrad where supported, else sgd) | sgd | adagrad; stage, torch: sgd
+    adagrad_lr: float = 0.05     # adagrad: per-sample step before the per-coordinate scaling
+    adagrad_bias: str = "prior"  # adagrad: the bias's SGD step: prior (lr / (4 r (1 - r)), r the positive share) | lr
     adagrad_init: float = 0.01   # adagrad: initial accumulator of squared gradients
     adagrad_aggregate: bool = False  # adagrad: one accumulator atomic per warp and row (false: per lane)
     adagrad_issue_first: bool = False  # adagrad, LR, per lane: a lane's accumulator atomics issued before their steps
@@ -113,6 +125,20 @@ def _check(cfg) -> None:
     require(m.batch_size > 0, knob(cfg, "batch_size"), m.batch_size, "a positive integer")
     require(m.epochs > 0, knob(cfg, "epochs"), m.epochs, "a positive integer")
     require(m.window >= 1, "model.window", m.window, "a positive integer")
+    require(m.stop_rule in STOP_RULES, "model.stop_rule", m.stop_rule,
+            "patience (no better model.stop_metric for model.patience epochs) or paper (validation loss above "
+            "the mean of the previous model.window epochs)")
+    require(m.stop_metric in STOP_METRICS, "model.stop_metric", m.stop_metric, " or ".join(STOP_METRICS))
+    pat = m.patience
+    require(isinstance(pat, int) and not isinstance(pat, bool) and pat >= 1, "model.patience", pat,
+            "a positive number of epochs")
+    md = m.min_delta
+    require(md >= 0 and md == md and md != float("inf"), "model.min_delta", md,
+            "a non-negative change of model.stop_metric (absolute)")
+    require(m.bias_init in BIAS_INITS, "model.bias_init", m.bias_init,
+            "prior (the log-odds of the training labels) or zero (the paper's)")
+    require(m.adagrad_bias in ADAGRAD_BIAS, "model.adagrad_bias", m.adagrad_bias,
+            "prior (model.lr / (4 r (1 - r)), r the share of positive labels) or lr (model.lr)")
     require(1 <= m.chunk <= 128, "model.chunk", m.chunk, "1..128 samples")
     require(m.hot >= 0, "model.hot", m.hot, "a non-negative number of features")
     require(is_pow2(m.replicas) and m.replicas <= 32, "model.replicas", m.replicas, "a power of two <= 32")
@@ -138,7 +164,7 @@ def _check(cfg) -> None:
             "-1 (the driver's choice) or a percentage 0..100 of the SM's L1/shared memory")
     opt = m.optimizer
     require(opt in OPTIMIZERS, "model.optimizer", opt, " or ".join(OPTIMIZERS))
-    ahc = caches_hot_accumulators(m)
+    ahc = caches_hot_accumulators(m, resolved_optimizer(m))
     require(hot_cache_bytes(m.hot_cache, m.k, ahc) <= HOT_CACHE_SMEM_MAX, "model.hot_cache", m.hot_cache,
             f"fewer rows: with k={m.k} its shared memory (the rows and their gradient"
             f"{', AdaGrad accumulators' if ahc else ''}) must fit in {HOT_CACHE_SMEM_MAX // 1024} KB")
@@ -168,6 +194,9 @@ def _check(cfg) -> None:
         require(0 < d.val_fraction < 1, "dataset.val_fraction", d.val_fraction, "a fraction in (0, 1)")
     if d.format == "synth":
         from pipeline.data.ctr_synth import SHAPES
+        require(not str(d.get("path") or ""), "dataset.path", d.get("path"),
+                "'' for a generated dataset (format: synth); your own files: dataset=a9a dataset.path=FILE "
+                "(svmlight) or a click-log dataset (docs/click-logs.md)")
         require(d.shape in SHAPES, "dataset.shape", d.shape, ", ".join(SHAPES))
         require(0 < d.scale <= 1, "dataset.scale", d.scale, "a fraction in (0, 1]")
         require(0 < d.small_scale <= 1, "dataset.small_scale", d.small_scale, "a fraction in (0, 1]")

@@ -20,7 +20,8 @@ from pipeline.models.bcm_cnn.net import ARCHS, Net, bcm_layer_sizes
 from pipeline.models.bcm_cnn.variants import REGISTRY
 from pipeline.registry import BASELINE, OURS
 from pipeline.results import Report
-from pipeline.train import fit, speedups
+from pipeline.timing import speedups
+from pipeline.train import fit
 
 BCM_VARIANTS = REGISTRY.names("cuda")
 

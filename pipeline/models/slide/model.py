@@ -15,7 +15,8 @@ from pipeline.models.slide import reference as ref
 from pipeline.models.slide.variants import REGISTRY
 from pipeline.registry import select_variants
 from pipeline.results import Report
-from pipeline.train import History, fit, speedups
+from pipeline.timing import speedups
+from pipeline.train import History, fit
 
 DENSE = ("dense_tf32", "dense_fp32", "torch", "cpu_dense")   # P@1 is compared with the first that ran
 

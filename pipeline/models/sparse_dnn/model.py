@@ -30,7 +30,7 @@ from pipeline.models.sparse_dnn.network import _csr_bytes, _gb, load_network   #
 from pipeline.models.sparse_dnn.variants import REGISTRY
 from pipeline.results import Report
 from pipeline.timing import Interval, Timing, time_cpu
-from pipeline.train import speedups
+from pipeline.timing import speedups
 
 GPU_VARIANTS = REGISTRY.names("cuda")
 # What each variant promises about bit-identical outputs from pass to pass (the `deterministic`

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from pipeline.models.wide.prep import WideData
 from pipeline.models.wide.reference import Params, chunks_per_step
-from pipeline.models.wide.variants import (HOT_CACHE_SMEM_MAX, caches_hot_accumulators,  # noqa: F401
-                                           hot_cache_bytes, hot_fixed_exponent, hot_square_exponent, packed_width)
+from pipeline.models.wide.variants import (caches_hot_accumulators, hot_cache_bytes, hot_fixed_exponent,
+                                           hot_square_exponent, packed_width)
 
 STAGE_THREADS = 256
 
@@ -234,9 +234,11 @@ def csr_bytes(data: WideData) -> int:
     return int(8 * (data.n + 1) + 8 * data.Xtr.nnz + 4 * data.n)
 
 
-def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
+def warp_geometry(mc, data: WideData, sm: int, optimizer: Optional[str] = None) -> Dict[str, int]:
     """Samples per warp step, lanes per sample, edges per lane in registers, warps in flight (update=chunk:
-    ``model.inflight`` chunks, default ``model.inflight_batches`` mini-batches, of samples), warps per block, shards."""
+    ``model.inflight`` chunks, default ``model.inflight_batches`` mini-batches, of samples), warps per block, shards.
+    ``optimizer``: the one to train (the model passes its resolved ``model.optimizer``); None: the
+    config's as written (``adagrad`` trains AdaGrad; ``sgd`` and ``auto`` SGD)."""
     ws = int(mc.warp_samples)
     wg = 32 // ws
     k = int(mc.k)
@@ -258,7 +260,8 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
     nsh = max(1, int(mc.shards))
     hsh = min(int(mc.shard_hot), data.d) if nsh > 1 else 0
     wpf = int(mc.get("prefetch", 0)) or (2 if kp * epl <= 48 else 1)   # registers: (wpf + 1) x epl edges
-    ada = str(mc.get("optimizer", "sgd")) == "adagrad"
+    opt = str(mc.get("optimizer", "sgd")) if optimizer is None else str(optimizer)
+    ada = opt == "adagrad"
     agg = ada and bool(mc.get("adagrad_aggregate", False))     # warp-aggregated accumulator atomics
     issue = ada and not agg and k == 0 and bool(mc.get("adagrad_issue_first", False))   # LR, per lane
     hq = aq = 0
@@ -272,7 +275,7 @@ def warp_geometry(mc, data: WideData, sm: int) -> Dict[str, int]:
         step = (float(mc.get("adagrad_lr", 0.0)) if ada
                 else float(mc.lr) / (batch_chunks * data.chunk) * xmax)
         hq = hot_fixed_exponent(k, hc, str(mc.get("update", "chunk")), step, spbs)
-    ahc = bool(hc) and caches_hot_accumulators(mc)          # hc: the cache as the geometry rounds it
+    ahc = bool(hc) and caches_hot_accumulators(mc, opt)     # hc: the cache as the geometry rounds it
     if ahc and fixed:
         aq = hot_square_exponent(spbs, xmax * xmax, float(mc.get("adagrad_init", 0.0)))   # |delta| < 1
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
@@ -289,14 +292,17 @@ class FlowWarpTrainer(_Base):
     the data of the next steps prefetched, packed parameter rows (vector loads and REDs), sharded
     hot rows. update=chunk: one launch per epoch; update=batch: per mini-batch one launch into
     gradient buffers and a commit launch. Parameters live in ``P`` (d x kp), ``Psh`` (shards 1.. of
-    the hot rows) and ``bb`` (bias shards, 32 floats apart); ``params()`` folds the shards."""
+    the hot rows) and ``bb`` (bias shards, 32 floats apart); ``params()`` folds the shards.
+    ``optimizer``: as :func:`warp_geometry` takes it; ``bias_lr``: with AdaGrad, the bias's SGD step
+    (per mini-batch of ``batch_size``, as ``model.lr``; None: ``model.lr``): the kernel steps the
+    bias by its ``scale`` argument, -bias_lr / batch a sample, and w, V by AdaGrad."""
 
-    def __init__(self, data: WideData, mc, ctx):
+    def __init__(self, data: WideData, mc, ctx, optimizer: Optional[str] = None, bias_lr: Optional[float] = None):
         import cupy as cp
         self.cp, self.data, self.mc, self.ctx = cp, data, mc, ctx
         self.k = int(mc.k)
         sm = ctx.device.sm_count if ctx.device else 132
-        self.geo = geo = warp_geometry(mc, data, sm)
+        self.geo = geo = warp_geometry(mc, data, sm, optimizer)
         self.kp = geo["kp"]
         self.nsh, self.hsh = geo["NSH"], geo["HSH"]
         from pipeline.gpu import kernels
@@ -338,6 +344,8 @@ class FlowWarpTrainer(_Base):
         self.batch_chunks = max(1, int(mc.batch_size) // data.chunk)
         self.denom = self.batch_chunks * data.chunk
         self.lr = float(mc.lr)
+        # update=chunk: the kernel's scale steps the bias (and with SGD w and V) by -scale x delta a sample
+        self.bias_lr = float(bias_lr) if (self.adagrad and bias_lr is not None) else self.lr
         self.in_flight = geo["nw"] * geo["WS"] if self.update == "chunk" else self.per * data.chunk
         self.out_of_core = False
         from pipeline.gpu.transfer import upload_all
@@ -364,6 +372,7 @@ class FlowWarpTrainer(_Base):
             if g["AHC"]:
                 parts.append("hot accumulators cached"
                              + (f" (squares in fixed point, 2^-{g['AQ']})" if g["AQ"] else ""))
+            parts.append(f"the bias by SGD at {self.bias_lr:.3g} a mini-batch")
             ada = f", adagrad ({', '.join(parts)})"
         return (f"flow design=warp{ada}: {g['nw']} warps in flight x {g['WS']} "
                 f"sample(s) ({g['WG']} lanes each, "
@@ -435,7 +444,7 @@ class FlowWarpTrainer(_Base):
         start, end = self._events()
         start.record()
         if self.update == "chunk":
-            self._launch(order_dev, len(order), (self.P, self.Psh, self.bb), 1, -self.lr / self.denom,
+            self._launch(order_dev, len(order), (self.P, self.Psh, self.bb), 1, -self.bias_lr / self.denom,
                          self.geo["nw"])
         else:
             upc = data.chunk // self.geo["WS"]

@@ -1,9 +1,10 @@
 """model=wide_lr / model=wide_fm: cuWide training of LR and FM, the chosen variant and its baselines
 trained from the same initialisation on the same data and chunk orders through the training
-harness (:func:`pipeline.train.fit`): per-epoch losses, AUC and times, early stopping, speedups from
-the same run, both floors of a flow epoch (one pass over the bytes; the dependent steps at its
-staleness), time to a target validation loss (evaluated ``model.evals_per_epoch`` times an epoch), and
-loss-against-time plots."""
+harness (:func:`pipeline.train.fit`): per-epoch losses, AUC and times, early stopping (patience on
+the validation loss or AUC under a cap of epochs, the best epoch's parameters kept; or the paper's
+rule), speedups from the same run, both floors of a flow epoch (one pass over the bytes; the
+dependent steps at its staleness), time to a target validation loss (evaluated
+``model.evals_per_epoch`` times an epoch), and loss-against-time plots."""
 from __future__ import annotations
 
 import math
@@ -16,19 +17,22 @@ from pipeline.config import require
 from pipeline.models.base import Model
 from pipeline.models.wide import prep
 from pipeline.models.wide import reference as ref
-from pipeline.models.wide.variants import BY_MODEL, LR
+from pipeline.models.wide.variants import BY_MODEL, LR, resolved_optimizer
 from pipeline.results import Report
-from pipeline.train import BASELINE, OURS, History, fit, speedups, time_to_target
+from pipeline.timing import speedups
+from pipeline.train import BASELINE, OURS, History, Patience, fit, time_to_target
 
 GPU_NAMES = LR.names("cuda")      # wide_lr and wide_fm have the same variants
 STRICT = ("stage", "torch")       # strict mini-batch SGD, whatever model.update and model.optimizer say
 
 
 class CpuTrainer:
-    """The float64 NumPy/SciPy reference as a trainer (SGD, or AdaGrad with ``optimizer="adagrad"``)."""
+    """The float64 NumPy/SciPy reference as a trainer (SGD, or AdaGrad with ``optimizer="adagrad"``,
+    the bias stepping by SGD with ``bias_lr``, default ``model.lr``)."""
 
-    def __init__(self, data: prep.WideData, mc, update: str, optimizer: str = "sgd"):
+    def __init__(self, data: prep.WideData, mc, update: str, optimizer: str = "sgd", bias_lr: Optional[float] = None):
         self.data, self.lr = data, float(mc.lr)
+        self.bias_lr = self.lr if bias_lr is None else float(bias_lr)
         self.per = ref.chunks_per_step(update, int(mc.batch_size), data.chunk)
         self.denom = max(1, int(mc.batch_size) // data.chunk) * data.chunk if update == "chunk" else 0
         self.adagrad = optimizer == "adagrad"
@@ -45,7 +49,8 @@ class CpuTrainer:
 
     def epoch(self, order):
         t0 = time.perf_counter()
-        loss = ref.train_epoch(self.data.Xtr, self.data.ytr, self.p, order, self.data.chunk, self.per, self.lr,
+        lr = self.bias_lr if self.adagrad else self.lr      # with AdaGrad, lr steps only the bias
+        loss = ref.train_epoch(self.data.Xtr, self.data.ytr, self.p, order, self.data.chunk, self.per, lr,
                                self.denom, self.acc, self.ada_lr, over=self.data.n)
         return loss, (time.perf_counter() - t0) * 1e3
 
@@ -56,8 +61,15 @@ def semantics(variant: str, update: str) -> str:
 
 
 def optimizer_of(variant: str, optimizer: str) -> str:
-    """flow and cpu follow model.optimizer; stage and torch always train with SGD."""
+    """flow and cpu follow model.optimizer (as resolved: :func:`variants.resolved_optimizer`); stage and
+    torch always train with SGD."""
     return optimizer if variant in ("flow", "cpu") else "sgd"
+
+
+def converged(h: History) -> bool:
+    """Stopped by the early-stopping rule (patience, or the paper's) before the cap of epochs; not
+    when it ran all of them or stopped on a non-finite value."""
+    return h.stopped.startswith(("converged", "early stop"))
 
 
 class WideTrainer:
@@ -112,6 +124,13 @@ class WideTrainer:
         vl, auc = ref.evaluate(self.data.Xva, self.data.yva, self.inner.params())
         return {"val_loss": vl, "val_auc": auc}
 
+    def params(self) -> ref.Params:
+        """The inner trainer's parameters (``fit(keep=)`` keeps a copy of the best epoch's)."""
+        return self.inner.params()
+
+    def set_params(self, p: ref.Params) -> None:
+        self.inner.set_params(p)
+
 
 def step_bound_ms(n: int, in_flight: int, publish_us: Tuple[float, float]) -> float:
     """The least an epoch of n samples costs with ``in_flight`` samples in flight: ceil(n / W)
@@ -126,16 +145,16 @@ def step_bound_ms(n: int, in_flight: int, publish_us: Tuple[float, float]) -> fl
 
 def strict_target(hist: Dict[str, History], update: str, margin: float, given=None) -> Tuple[float, str]:
     """(target validation loss, where it comes from): ``given`` (model.target_loss) when set, else
-    the final validation loss of strict mini-batch SGD in this run (stage, else torch, else cpu when
-    it trains strict mini-batches, else cpu's own updates, said so) + ``margin``."""
+    the final validation loss (of the kept epoch) of strict mini-batch SGD in this run (stage, else
+    torch, else cpu when it trains strict mini-batches, else cpu's own updates, said so) + ``margin``."""
     if given is not None:
         return float(given), "model.target_loss"
     for v in STRICT:
         if v in hist and hist[v].epochs:
-            return hist[v].last("val_loss") + margin, f"{v} (strict mini-batch SGD) + {margin:g}"
+            return hist[v].kept("val_loss") + margin, f"{v} (strict mini-batch SGD) + {margin:g}"
     if "cpu" in hist and hist["cpu"].epochs:
         how = "strict mini-batch SGD" if update == "batch" else f"update={update}: no strict run here"
-        return hist["cpu"].last("val_loss") + margin, f"cpu ({how}) + {margin:g}"
+        return hist["cpu"].kept("val_loss") + margin, f"cpu ({how}) + {margin:g}"
     return math.nan, "no strict mini-batch run"
 
 
@@ -167,8 +186,20 @@ class WideModel(Model):
             ctx.notice(f"val_auc is undefined (nan): every one of the {len(self.data.yva)} validation rows has "
                        f"label {classes[0]:g} and AUC needs both classes; the validation loss is unaffected")
         self.update = str(m["update"])
-        self.optimizer = str(m.optimizer)
+        self.optimizer = resolved_optimizer(m)       # auto: adagrad where flow supports it (transfer may fall back)
+        # AdaGrad steps w and V per coordinate; the bias keeps an SGD step (the kernel's scale), scaled
+        # for the labels' balance with model.adagrad_bias=prior
+        self.bias_lr = (ref.adagrad_bias_lr(float(m.lr), self.data.ytr) if str(m.adagrad_bias) == "prior"
+                        else float(m.lr))
+        self.bias0 = ref.prior_logit(self.data.ytr) if str(m.bias_init) == "prior" else 0.0
         self.epochs = int(m.epochs)
+        self.stop_metric = str(m.stop_metric)
+        if self.stop_metric == "val_auc" and classes.size < 2:
+            ctx.notice("model.stop_metric=val_auc is undefined here (one class in the validation split): "
+                       "early stopping and the kept epoch watch val_loss instead")
+            self.stop_metric = "val_loss"
+        self.patience = Patience(self.stop_metric, "max" if self.stop_metric == "val_auc" else "min",
+                                 int(m.patience), float(m.min_delta))
         # evaluations an epoch: slices of the chunk order cut between mini-batches, the same for every variant
         self.step = max(1, int(m.batch_size) // self.data.chunk)
         self.parts = int(m.evals_per_epoch)
@@ -194,15 +225,21 @@ class WideModel(Model):
             if v == "flow" and str(m.design) == "warp":
                 budget = self.budget_bytes()
                 if gpu.csr_bytes(self.data) <= budget:
-                    self.trainers[v] = gpu.FlowWarpTrainer(self.data, m, self.ctx)
+                    self.trainers[v] = gpu.FlowWarpTrainer(self.data, m, self.ctx, self.optimizer, self.bias_lr)
                     self.ctx.notice(self.trainers[v].describe())
                     continue
-                if self.optimizer != "sgd":
+                if self.optimizer != "sgd" and str(m.optimizer) != "auto":
                     raise ConfigError(f"model.optimizer={self.optimizer} needs the training data on the device "
                                       f"(design=warp), which exceeds the device budget: raise model.device_budget_mb "
                                       f"or use model.optimizer=sgd")
-                self.ctx.notice("flow: design=warp keeps the training data on the device, which exceeds the device "
-                                "budget; using design=chunk (out of core)")
+                if self.optimizer != "sgd":
+                    self.optimizer = "sgd"
+                    self.ctx.notice("flow: design=warp keeps the training data on the device, which exceeds the "
+                                    "device budget; using design=chunk (out of core), which trains SGD: "
+                                    "model.optimizer=auto is sgd in this run (flow and cpu)")
+                else:
+                    self.ctx.notice("flow: design=warp keeps the training data on the device, which exceeds the "
+                                    "device budget; using design=chunk (out of core)")
             if v == "flow":
                 budget = self.budget_bytes()
                 require(self.parts == 1 or self.data.edge_bytes <= budget, "model.evals_per_epoch", self.parts,
@@ -227,7 +264,7 @@ class WideModel(Model):
 
     def _trainer(self, v: str, update: str, optimizer: str = "sgd"):
         if v == "cpu":
-            return CpuTrainer(self.data, self.cfg.model, update, optimizer)
+            return CpuTrainer(self.data, self.cfg.model, update, optimizer, self.bias_lr)
         return self.trainers[v]
 
     def train(self, v: str, update: str, live: bool = False, optimizer: Optional[str] = None,
@@ -236,10 +273,10 @@ class WideModel(Model):
         cfg, m, data = self.cfg, self.cfg.model, self.data
         opt = optimizer if optimizer is not None else optimizer_of(v, self.optimizer)
         inner = self._trainer(v, update, opt)
-        inner.set_params(ref.init_params(data.d, int(m.k), float(m.init_std), int(cfg.seed)))
+        inner.set_params(ref.init_params(data.d, int(m.k), float(m.init_std), int(cfg.seed), self.bias0))
         kind = OURS if v in self.ours else BASELINE
         tr = WideTrainer(v, kind, inner, data, int(cfg.seed), bool(m.shuffle), self.step)
-        window, early = int(m.window), bool(m.early_stop)
+        window, early, paper = int(m.window), bool(m.early_stop), str(m.stop_rule) == "paper"
         pre = "" if v == self.ours[0] else f"{v}/"
 
         def stop(h: History) -> str:
@@ -247,11 +284,57 @@ class WideModel(Model):
                 rec = h.records[-1]
                 self.ctx.log_epoch({pre + k: rec[k] for k in ("train_loss", "val_loss", "val_auc", "epoch_ms",
                                                               "gpu_ms") if k in rec}, h.epochs - 1)
-            if early and ref.should_stop(h.series("val_loss"), window):
-                return f"early stop: validation loss above the mean of the previous {window} epochs"
-            return ""
-        return fit(self.ctx, [tr], self.epochs, stop=stop, watch=("val_loss",), desc=f"{m.name}/{v}",
-                   parts=self.parts if parts is None else parts)[v]
+            if not early:
+                return ""
+            if paper:
+                if ref.should_stop(h.series("val_loss"), window):
+                    return f"early stop: validation loss above the mean of the previous {window} epochs"
+                return ""
+            return self.patience(h)
+        h = fit(self.ctx, [tr], self.epochs, stop=stop, watch=("val_loss",), desc=f"{m.name}/{v}",
+                parts=self.parts if parts is None else parts,
+                keep=self.patience.best if bool(m.keep_best) else None)[v]
+        if live:
+            self.ctx.notice(self.outcome(v, h))
+        return h
+
+    def stopping_note(self) -> str:
+        """The report's note on the stop rule, the kept epoch and the columns built on them."""
+        m = self.cfg.model
+        if not bool(m.early_stop):
+            rule = "early stopping off (model.early_stop=false)"
+        elif str(m.stop_rule) == "paper":
+            rule = f"the paper's rule (validation loss above the mean of the previous {m.window} epochs)"
+        else:
+            p = self.patience
+            rule = (f"patience {p.patience} on {p.key} (an improvement: by more than {p.min_delta:g}); converged "
+                    f"= stopped by it before the cap")
+        kept = (f"best_epoch: the epoch whose parameters each variant ended with (the best by {self.patience.key}); "
+                f"train_loss, val_loss, val_auc and the check against cpu are that epoch's" if bool(m.keep_best)
+                else "best_epoch: the last epoch (model.keep_best=false)")
+        return f"stopping: at most {self.epochs} epochs (model.epochs), {rule}; {kept}"
+
+    def outcome(self, v: str, h: History) -> str:
+        """One line: whether ``v`` converged (stopped by the rule before the cap) and which epoch it kept."""
+        m = self.cfg.model
+        key = self.patience.key
+        if converged(h):
+            why = h.stopped.split(": ", 1)[1] if h.stopped.startswith("converged: ") else h.stopped
+            how = f"converged at epoch {h.epochs} of at most {self.epochs} ({why})"
+        elif h.stopped:
+            how = f"stopped at epoch {h.epochs} of at most {self.epochs}: {h.stopped}"
+        elif bool(m.early_stop):
+            how = (f"not converged: ran the cap of {self.epochs} epochs (model.epochs) still improving"
+                   if str(m.stop_rule) == "patience" else f"not converged: ran the cap of {self.epochs} epochs "
+                   f"(model.epochs) without the paper's stop")
+        else:
+            how = f"trained the {h.epochs} epochs (model.early_stop=false)"
+        if bool(m.keep_best):
+            kept = (f"kept epoch {h.kept_epoch}, the best by {key}" if h.best else
+                    f"kept the last epoch ({h.epochs}; no finite {key})")
+        else:
+            kept = f"kept the last epoch ({h.epochs}; model.keep_best=false)"
+        return (f"{v}: {how}; {kept}: val_loss {h.kept('val_loss'):.5f}, val_auc {h.kept('val_auc'):.4f}")
 
     def execute(self) -> None:
         self.hist: Dict[str, History] = {}
@@ -268,18 +351,18 @@ class WideModel(Model):
 
         def key(v):
             return (semantics(v, self.update), optimizer_of(v, self.optimizer))
-        self.refs[key("cpu")] = self.hist["cpu"].last("val_loss")
+        self.refs[key("cpu")] = self.hist["cpu"].kept("val_loss")
         for v, h in self.hist.items():
             if v == "cpu":
                 continue
             sem, opt = key(v)
             if (sem, opt) not in self.refs:
-                self.refs[sem, opt] = self.train("cpu", sem, optimizer=opt, parts=1).last("val_loss")
-            d = abs(h.last("val_loss") - self.refs[sem, opt])
+                self.refs[sem, opt] = self.train("cpu", sem, optimizer=opt, parts=1).kept("val_loss")
+            d = abs(h.kept("val_loss") - self.refs[sem, opt])
             self.dloss[v] = d
             if not np.isfinite(d) or d > tol:
                 how = sem if opt == "sgd" else f"{sem}, {opt}"
-                self.failures.append(f"{v}: final validation log loss {h.last('val_loss'):.5f} differs from the "
+                self.failures.append(f"{v}: final validation log loss {h.kept('val_loss'):.5f} differs from the "
                                      f"cpu reference ({how} updates) {self.refs[sem, opt]:.5f} by {d:.4f} > {tol}")
 
     def report(self) -> Report:
@@ -296,7 +379,8 @@ class WideModel(Model):
             r = {"variant": v, "kind": h.kind, "updates": semantics(v, self.update),
                  "optimizer": optimizer_of(v, self.optimizer), "epochs": h.epochs,
                  "early_stop": "yes" if h.epochs < self.epochs else "no",
-                 "train_loss": h.last("train_loss"), "val_loss": h.last("val_loss"), "val_auc": h.last("val_auc"),
+                 "converged": "yes" if converged(h) else "no", "best_epoch": h.kept_epoch,
+                 "train_loss": h.kept("train_loss"), "val_loss": h.kept("val_loss"), "val_auc": h.kept("val_auc"),
                  "epoch_ms": med[v], "gpu_ms": gmed[v], "to_stop_s": h.last("time_s")}
             if v in self.dloss:
                 r["dloss_vs_cpu"] = self.dloss[v]
@@ -325,11 +409,13 @@ class WideModel(Model):
         speedups(rows, self.ours, self.baselines, "epoch_ms")
         speedups([r for r in rows if r["variant"] != "cpu"], self.ours, [b for b in self.baselines if b != "cpu"],
                  "gpu_ms")
-        cols = ["variant", "kind", "updates", "optimizer", "epochs", "early_stop", "train_loss", "val_loss", "val_auc",
+        cols = ["variant", "kind", "updates", "optimizer", "epochs", "early_stop", "converged", "best_epoch",
+                "train_loss", "val_loss", "val_auc",
                 "dloss_vs_cpu", "ok", "epoch_ms", "gpu_ms", "to_stop_s", "to_target_epochs", "to_target_s",
                 "to_target_gpu_s", "x_of_floor", "x_of_step_bound", "step_bound_ms", "in_flight", "us_per_step",
                 "overlap"] + [f"x_vs_{b}" for b in self.baselines]
-        rep = Report(rows=rows, columns=cols, failures=self.failures,
+        # epoch_ms: an epoch's wall time; gpu_ms: its kernels' device time (what the GPU ratios compare)
+        rep = Report(rows=rows, columns=cols, failures=self.failures, measures={"epoch_ms": "wall time an epoch"},
                      title=f"{m.name} (k={m.k}) on {self.cfg.dataset.name}: {data.n} train / {data.Xva.shape[0]} val "
                            f"rows, {data.d} features, {data.Xtr.nnz / max(data.n, 1):.1f} nnz/row")
         main = self.ours[0]
@@ -339,9 +425,12 @@ class WideModel(Model):
                 rep.series[pre + k] = h.series(k)
             rep.metrics[f"summary/{v}/epoch_ms"] = med[v]
             rep.metrics[f"summary/{v}/gpu_ms"] = gmed[v]
-            rep.metrics[f"summary/{v}/val_loss"] = h.last("val_loss")
-            rep.metrics[f"summary/{v}/val_auc"] = h.last("val_auc")
+            rep.metrics[f"summary/{v}/val_loss"] = h.kept("val_loss")
+            rep.metrics[f"summary/{v}/val_auc"] = h.kept("val_auc")
             rep.metrics[f"summary/{v}/time_to_stop_s"] = h.last("time_s")
+            rep.metrics[f"summary/{v}/epochs"] = float(h.epochs)
+            rep.metrics[f"summary/{v}/best_epoch"] = float(h.kept_epoch)
+            rep.metrics[f"summary/{v}/converged"] = 1.0 if converged(h) else 0.0
         for r in rows:
             for k, x in r.items():
                 if k.startswith("x_vs_") or k in ("x_of_floor", "overlap", "in_flight", "us_per_step", "x_of_step_bound",
@@ -354,9 +443,11 @@ class WideModel(Model):
             rep.metrics["summary/publish_us"] = self.publish_us[0]
             rep.metrics["summary/publish_overlap_us"] = self.publish_us[1]
         rep.metrics["summary/target_loss"] = target
-        rep.metrics["summary/objective"] = self.hist[main].last("val_loss")
-        rep.notes.append(f"flow updates: {self.update}, optimizer {self.optimizer} (stage/torch: strict mini-batches "
-                         f"of {max(1, int(m.batch_size) // data.chunk) * data.chunk} samples, SGD)")
+        rep.metrics["summary/objective"] = self.hist[main].kept("val_loss")
+        rep.notes.append(f"flow updates: {self.update}, optimizer {self.optimizer} (model.optimizer={m.optimizer}; "
+                         f"stage/torch: strict mini-batches of {max(1, int(m.batch_size) // data.chunk) * data.chunk} "
+                         f"samples, SGD)")
+        rep.notes.append(self.stopping_note())
         if self.parts == 1:
             rep.notes.append(f"time to quality: target validation loss {target:.5f} from {target_src}; to_target_s "
                              f"sums the epochs' training time (wall), to_target_gpu_s their device time, evaluation "

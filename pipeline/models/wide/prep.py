@@ -17,7 +17,6 @@ same (renumbered, shuffled) training rows is kept for the stage baseline and the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Dict, Tuple
 
 import numpy as np

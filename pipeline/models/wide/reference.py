@@ -44,12 +44,31 @@ class Params:
         return Params(self.w.astype(dt), float(self.b), None if self.V is None else self.V.astype(dt))
 
 
-def init_params(d: int, k: int, init_std: float, seed: int) -> Params:
-    """w = 0, b = 0 (so the loss starts at ln 2 for LR, as in the paper); V ~ N(0, init_std^2), seeded."""
+def init_params(d: int, k: int, init_std: float, seed: int, b: float = 0.0) -> Params:
+    """w = 0, bias ``b`` (0: the loss starts at ln 2 for LR, as in the paper; model.bias_init=prior
+    passes :func:`prior_logit`); V ~ N(0, init_std^2), seeded."""
     V = None
     if k:
         V = (np.random.default_rng(seed + 7919).standard_normal((d, k)) * init_std).astype(np.float32)
-    return Params(np.zeros(d, np.float32), 0.0, V)
+    return Params(np.zeros(d, np.float32), float(b), V)
+
+
+def prior_logit(y: np.ndarray) -> float:
+    """log(r / (1 - r)), r the share of positive labels in ``y`` (clipped to [1e-6, 1 - 1e-6]): the
+    bias of the best model with w = 0, V = 0 (model.bias_init=prior)."""
+    r = min(max(float(np.mean(y)) if len(y) else 0.5, 1e-6), 1 - 1e-6)
+    return float(np.log(r / (1 - r)))
+
+
+def adagrad_bias_lr(lr: float, y: np.ndarray) -> float:
+    """The bias's SGD step under AdaGrad with model.adagrad_bias=prior: ``lr`` / (4 r (1 - r)), r the
+    share of positive labels clipped to [0.01, 0.99]. The loss's curvature in the bias is the mean of
+    p (1 - p), r (1 - r) at the prior and at most that on average, and 1/4 for balanced labels, so the
+    step scaled by 1/4 over it moves the bias as fast on rare positives (3 %: 8.6 x lr) as lr moves it
+    on balanced labels, and its delay bound is the balanced one's: lr x (samples in flight) / batch
+    x 1/4 at most, whatever the labels' balance."""
+    r = min(max(float(np.mean(y)) if len(y) else 0.5, 0.01), 0.99)
+    return float(lr) * 0.25 / (r * (1 - r))
 
 
 def logloss(z: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -209,13 +228,17 @@ def chunks_per_step(update: str, batch_size: int, chunk: int) -> int:
 
 def train_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, order: np.ndarray, chunk: int, per_step: int,
                 lr: float, chunk_denom: int = 0, acc: Optional[Params] = None, ada_lr: float = 0.0,
-                over: int = 0) -> float:
+                over: int = 0, general: bool = False) -> float:
     """One epoch in place; returns the mean training loss (each sample's loss before its step).
     ``chunk_denom`` > 0 (update=chunk): each chunk's step is lr * sum(grad) / chunk_denom, i.e. its
     share of a mini-batch of ``chunk_denom`` samples applied at once. ``acc`` (AdaGrad's
     accumulators, :func:`init_accumulator`, updated in place): AdaGrad steps of ``ada_lr`` for w and
-    V instead of SGD (the bias keeps SGD's step). ``over`` > 0: the loss sum is divided by this
-    instead of the samples trained (a slice of an epoch: its share of the epoch's mean)."""
+    V instead of SGD (the bias keeps SGD's step, ``lr``). ``over`` > 0: the loss sum is divided by this
+    instead of the samples trained (a slice of an epoch: its share of the epoch's mean). LR (no V)
+    takes :func:`_train_epoch_lr`, the same steps on the CSR arrays (a few times faster at chunk
+    steps: no sparse matrix built a step); ``general=True`` forces the path below (tests compare them)."""
+    if p.V is None and not general:
+        return _train_epoch_lr(X, y, p, order, chunk, per_step, lr, chunk_denom, acc, ada_lr, over)
     total, cnt = 0.0, 0
     n = X.shape[0]
     for i in range(0, len(order), per_step):
@@ -235,6 +258,53 @@ def train_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, order: np.ndarray, c
             sgd_step(p, g, lr * Xb.shape[0] / chunk_denom if chunk_denom else lr, cols)
         total += loss * Xb.shape[0]
         cnt += Xb.shape[0]
+    return total / (over or max(cnt, 1))
+
+
+def _train_epoch_lr(X: sp.csr_matrix, y: np.ndarray, p: Params, order: np.ndarray, chunk: int, per_step: int,
+                    lr: float, chunk_denom: int, acc: Optional[Params], ada_lr: float, over: int) -> float:
+    """:func:`train_epoch` for LR on the CSR arrays: a step's edges e (row r_e, feature f_e, value x_e)
+    give z_r = b + sum x_e w_f, delta_r = sigmoid(z_r) - y_r and the per-edge gradient g_e = delta_r x_e,
+    summed per feature (and squared per edge, then summed, for AdaGrad) in the edges' order; the
+    steps are :func:`loss_and_grad` + :func:`sgd_step` and :func:`step_terms` + :func:`adagrad_step`'s."""
+    indptr, indices, vals = X.indptr, X.indices, X.data
+    n = X.shape[0]
+    total, cnt = 0.0, 0
+    for i in range(0, len(order), per_step):
+        cs = order[i:i + per_step]
+        if per_step == 1:
+            a, b = int(cs[0]) * chunk, min((int(cs[0]) + 1) * chunk, n)
+            e0, e1 = indptr[a], indptr[b]
+            idx, xv = indices[e0:e1], vals[e0:e1]
+            lens, yb = np.diff(indptr[a:b + 1]), y[a:b]
+        else:
+            spans = [(int(c) * chunk, min((int(c) + 1) * chunk, n)) for c in cs]
+            idx = np.concatenate([indices[indptr[a]:indptr[b]] for a, b in spans])
+            xv = np.concatenate([vals[indptr[a]:indptr[b]] for a, b in spans])
+            lens = np.concatenate([np.diff(indptr[a:b + 1]) for a, b in spans])
+            yb = np.concatenate([y[a:b] for a, b in spans])
+        x = xv.astype(np.float64)
+        rows = len(yb)
+        r = np.repeat(np.arange(rows), lens)
+        cols, inv = np.unique(idx, return_inverse=True)
+        w = p.w[cols].astype(np.float64)
+        z = np.bincount(r, weights=x * w[inv], minlength=rows) + p.b
+        delta = sigmoid(z) - yb
+        g = delta[r] * x
+        gsum = np.bincount(inv, weights=g, minlength=len(cols))
+        if acc is not None:
+            # x^2 in the data's precision, as X.multiply(X) in step_terms squares it
+            sq = (xv * xv).astype(np.float64) * (delta * delta)[r]
+            acc.w[cols] += np.bincount(inv, weights=sq, minlength=len(cols))
+            p.w[cols] -= ada_lr * gsum / np.sqrt(np.maximum(acc.w[cols], 1e-300))
+            acc.b += float((delta * delta).sum())
+            p.b -= lr / (chunk_denom or rows) * float(delta.sum())
+        else:
+            step = lr / chunk_denom if chunk_denom else lr / max(rows, 1)
+            p.w[cols] -= step * gsum
+            p.b -= step * float(delta.sum())
+        total += float(logloss(z, yb).sum())
+        cnt += rows
     return total / (over or max(cnt, 1))
 
 

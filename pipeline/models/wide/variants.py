@@ -61,9 +61,29 @@ def _int32_exponent(bound: float) -> int:
     return min(math.floor(math.log2(2.0 ** 30 / bound)), 60) if bound > 0.0 else 60
 
 
-def caches_hot_accumulators(mc) -> bool:
+def adagrad_supported(mc) -> bool:
+    """Where flow trains with AdaGrad: the warp design (``model.design=warp``) with asynchronous
+    per-chunk updates (``model.update=chunk``); the cpu reference follows the same rule."""
+    return str(mc.get("design", "chunk")) == "warp" and str(mc.get("update", "chunk")) == "chunk"
+
+
+def resolved_optimizer(mc) -> str:
+    """``model.optimizer`` as flow and cpu train it in a run: ``sgd`` or ``adagrad`` as given; ``auto``
+    (the default): ``adagrad`` where it is supported (:func:`adagrad_supported`), else ``sgd``. The
+    model resolves it and hands the result to its trainers (flow falling back to design=chunk out of
+    core trains ``sgd`` then, with a notice)."""
+    opt = str(mc.get("optimizer", "sgd"))
+    if opt == "auto":
+        return "adagrad" if adagrad_supported(mc) else "sgd"
+    return opt
+
+
+def caches_hot_accumulators(mc, optimizer=None) -> bool:
     """AdaGrad with the warp design's hot-row cache, LR (``model.adagrad_hot_cache``): the cached rows'
-    accumulators in shared memory too (not with the warp-aggregated atomics, which add to global ones)."""
-    return (str(mc.get("optimizer", "sgd")) == "adagrad" and int(mc.get("k", 0)) == 0
+    accumulators in shared memory too (not with the warp-aggregated atomics, which add to global ones).
+    ``optimizer``: the one trained (the config check passes :func:`resolved_optimizer`); None: the
+    config's as it is written (what the GPU trainers take: ``auto`` there trains SGD)."""
+    opt = str(mc.get("optimizer", "sgd")) if optimizer is None else str(optimizer)
+    return (opt == "adagrad" and int(mc.get("k", 0)) == 0
             and int(mc.get("hot_cache", 0)) > 0 and not bool(mc.get("adagrad_aggregate", False))
             and bool(mc.get("adagrad_hot_cache", True)))

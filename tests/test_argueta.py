@@ -217,6 +217,7 @@ def test_cli_fewhot_cpu(cli):
     assert "need a GPU" in r.stderr and "cpu_sparse" in r.stdout and "FAIL" not in r.stdout
 
 
+@pytest.mark.slow
 def test_cli_table2_cpu_small_preset(cli):
     r = cli("experiment=argueta_table2", "backend=cpu", "model.top_n=[10,400]", "tracking=off", check=True)
     assert "small preset" in r.stderr

@@ -88,6 +88,7 @@ def test_softmax_cross_entropy_and_pool():
 # ------------------------------------------------------------------------------------ config
 
 
+@pytest.mark.slow
 def test_compose_defaults_and_experiment(compose):
     cfg = compose(["model=bcm_cnn", "block_size=16"])
     assert cfg.dataset.name == "cifar10" and cfg.kernel.name == "tiled"
@@ -162,6 +163,7 @@ def _data_cfg(compose, tmp_path):
     return compose(["model=bcm_cnn", f"cache_dir={tmp_path}/cache"])
 
 
+@pytest.mark.slow
 def test_cifar10_loader_decodes_and_caches(compose, tmp_path):
     from pipeline.data import cifar10
     cfg = _data_cfg(compose, tmp_path)

@@ -105,6 +105,7 @@ def test_multirun_with_a_failing_job_ends_parent_failed(cli, tmp_path):
     assert sorted(x.info.status for x in kids) == ["FAILED", "FINISHED"]
 
 
+@pytest.mark.slow
 def test_sigterm_marks_run_killed(tmp_path, mlflow_template):
     """A job stopped by SIGTERM (timeout, kill) ends KILLED in MLflow, not RUNNING."""
     import os
@@ -140,6 +141,7 @@ def test_sigterm_marks_run_killed(tmp_path, mlflow_template):
     assert run.info.status == "KILLED"
 
 
+@pytest.mark.slow
 def test_cfg_job_shows_the_values_in_effect(cli):
     """`--cfg job` prints each model's own defaults and a typed value, not interpolations."""
     r = cli("model=wide_lr", "--cfg=job", timeout=120)
@@ -155,6 +157,7 @@ def test_cfg_job_shows_the_values_in_effect(cli):
     assert "  block_size: 32\n" in model and "  batch_size: 128\n" in model, model
 
 
+@pytest.mark.slow
 def test_help_says_what_kernel_is(cli):
     r = cli("--help", timeout=120)
     assert r.returncode == 0, r.stderr

@@ -271,6 +271,7 @@ def test_unknown_format_names_the_format(compose):
         validate(cfg)
 
 
+@pytest.mark.slow
 def test_avazu_source_files_split_and_cache(compose, tmp_path, monkeypatch):
     rows = [avazu_row(i, int(i % 4 == 0), f"1410{21 + i // 20}{i % 24:02d}") for i in range(100)]
     base = ["model=wide_lr", "dataset=avazu", f"data_dir={tmp_path / 'data'}", f"cache_dir={tmp_path / 'cache'}"]

@@ -1243,6 +1243,7 @@ def test_cli_bad_file_exit(cli, tmp_path):
     assert r.returncode != 0 and "a9a.gz:2: feature index 500 exceeds the declared dimension 123" in r.stderr
 
 
+@pytest.mark.slow
 def test_suite_and_sanitize_configs_compose(compose):
     from pipeline.config import validate
     from pipeline import suite

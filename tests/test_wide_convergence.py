@@ -189,6 +189,7 @@ def test_fit_keeps_the_best_epochs_params(tmp_path):
     assert h.epochs == 8 and h.best == 0 and h.kept_epoch == 8 and h.kept("val_loss") == 0.47
 
 
+@pytest.mark.slow
 def test_model_reports_the_kept_epoch(compose, tmp_path):
     """Through the model (a9a, defaults): the parameters it ends with are the best epoch's (evaluated
     again after they were put back: the same validation loss and AUC as that epoch), and the report's
@@ -256,7 +257,9 @@ def test_stop_settings_accepted_and_defaults(compose):
         m = cfg.model
         assert (m.epochs, m.stop_rule, m.stop_metric, m.patience, m.keep_best, m.bias_init) == \
             (100, "patience", "val_loss", 5, True, "prior")
-        assert m.optimizer == "auto" and resolved_optimizer(m) == "adagrad" and m.adagrad_lr == 0.05
+        want = "auto" if model == "wide_lr" else "sgd"      # FM: AdaGrad's flow strays from the cpu reference
+        assert m.optimizer == want and resolved_optimizer(m) == ("adagrad" if model == "wide_lr" else "sgd")
+        assert m.adagrad_lr == 0.05
         validate(compose([f"model={model}", "model.stop_metric=val_auc", "model.patience=2", "model.min_delta=0",
                           "model.keep_best=false", "model.stop_rule=paper", "model.bias_init=zero"]))
     # auto is AdaGrad only where flow supports it
@@ -344,6 +347,7 @@ GXX = shutil.which("g++")
 
 @pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
 @pytest.mark.parametrize("opt", ["adagrad", "sgd"])
+@pytest.mark.slow
 def test_warp_kernel_on_host_steps_the_bias_by_its_adagrad_step(monkeypatch, tmp_path, opt):
     """The GPU path of the bias step: FlowWarpTrainer given the model's resolved optimizer (the config
     says auto) and the bias's AdaGrad step runs flow_warp (on the host, one sample a step, as

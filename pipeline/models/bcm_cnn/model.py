@@ -304,7 +304,7 @@ class BcmCnnModel(Model):
     @staticmethod
     def _vs_dense(rows: List[Dict[str, Any]]) -> None:
         """The BCM networks against the dense one, through the speedup function every model uses
-        (:func:`pipeline.train.speedups`): ``x_vs_dense`` (dense epoch time / BCM epoch time),
+        (:func:`pipeline.timing.speedups`): ``x_vs_dense`` (dense epoch time / BCM epoch time),
         ``time_vs_dense`` and ``layer_time_vs_dense`` (BCM time / dense time: the epoch, the linear
         layers)."""
         bcm = [r["network"] for r in rows if r["network"] != "dense"]

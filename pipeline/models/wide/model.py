@@ -181,6 +181,10 @@ class WideModel(Model):
                     self.ours = [v for v in self.ours if v != "torch"] or ["flow"]
                     self.baselines = [v for v in self.baselines if v != "torch"]
         self.data = prep.prepare(cfg, ctx.size, int(m.chunk), int(m.hot))
+        d = cfg.dataset
+        if ctx.size == "small" and d.get("format") != "synth" and int(d.get("small_rows", 0) or 0) > 0:
+            ctx.notice(f"size=small: dataset {d.name} ({d.get('path') or d.name}) trains on its first "
+                       f"{self.data.n} training rows (dataset.small_rows={int(d.small_rows)}; size=full reads them all)")
         classes = np.unique(np.asarray(self.data.yva))
         if classes.size < 2:
             ctx.notice(f"val_auc is undefined (nan): every one of the {len(self.data.yva)} validation rows has "

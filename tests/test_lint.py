@@ -46,7 +46,7 @@ def test_no_project_file_needs_a_folder_outside_the_repository():
         if name.startswith((".ci/", "docs/gpu-runs/")) or p.suffix not in (".py", ".md", ".yaml", ".sh", ".toml"):
             continue
         text = p.read_text(errors="replace")
-        for bad in ("../shared", "10-minute"):
-            if bad in text and p.name != "test_lint.py":
+        for bad in ("/".join(("..", "shared")), "-".join(("10", "minute"))):   # spelled so this file has neither
+            if bad in text:
                 found.append(f"{name}: {bad}")
     assert found == []

@@ -245,6 +245,14 @@ def require(cond: bool, key: str, value: Any, allowed: str) -> None:
         raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
 
 
+def check_small_keys(cfg, schema, examples: str) -> None:
+    """``model.small`` (a model's size=small preset) may replace only keys of the model's ``schema``,
+    not its identity: one-line ConfigError naming ``model.small.<key>``."""
+    for k in cfg.model.get("small") or {}:
+        require(k in schema.__dataclass_fields__ and k not in ("small", "name", "impl", "variants", "baselines"),
+                f"model.small.{k}", cfg.model.small[k], f"keys of the model config (e.g. {examples})")
+
+
 def is_pow2(x: int) -> bool:
     return isinstance(x, int) and x > 0 and (x & (x - 1)) == 0
 

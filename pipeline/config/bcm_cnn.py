@@ -4,7 +4,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import OmegaConf
 
-from pipeline.config import ModelConf, is_pow2, knob, register_variants, require, store, validator
+from pipeline.config import ModelConf, check_small_keys, is_pow2, knob, register_variants, require, store, validator
 from pipeline.config.bcm import check_block_sizes
 from pipeline.models.bcm_cnn.variants import REGISTRY
 
@@ -33,8 +33,6 @@ class BcmCnnConf(ModelConf):
                                              # ones above (an experiment's grid on a CPU); null: none
 
 
-NOT_SMALL = ("small", "name", "impl", "variants", "baselines")   # keys model.small cannot replace
-
 
 store("model", "schema_bcm_cnn", BcmCnnConf)
 register_variants("bcm_cnn", REGISTRY)
@@ -43,9 +41,7 @@ register_variants("bcm_cnn", REGISTRY)
 @validator("bcm_cnn")
 def _check(cfg) -> None:
     small = cfg.model.small or {}
-    for k in small:
-        require(k in BcmCnnConf.__dataclass_fields__ and k not in NOT_SMALL, f"model.small.{k}", small[k],
-                "keys of the model config (e.g. epochs, block_sizes, train_limit)")
+    check_small_keys(cfg, BcmCnnConf, "epochs, block_sizes, train_limit")
     _check_model(cfg)
     if small:      # the CPU preset's values pass the same checks, named model.small.<key>
         _check_model(OmegaConf.merge(cfg, {"model": OmegaConf.to_container(small)}), set(small))

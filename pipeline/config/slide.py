@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Dict, List, Optional
 from omegaconf import OmegaConf
 
 from pipeline.config.xc import check_xc_dataset
-from pipeline.config import ModelConf, is_pow2, register_variants, require, store, validator
+from pipeline.config import ModelConf, check_small_keys, is_pow2, register_variants, require, store, validator
 from pipeline.models.slide.variants import HASHES, HIDDEN_MAX, HIDDEN_STEP, OPTIMIZERS, REGISTRY
 
 
@@ -56,9 +56,7 @@ register_variants("slide", REGISTRY)
 
 @validator("slide")
 def _check(cfg) -> None:
-    for k in cfg.model.small or {}:
-        require(k in SlideConf.__dataclass_fields__ and k not in ("small", "name", "impl", "variants", "baselines"),
-                f"model.small.{k}", cfg.model.small[k], "keys of the model config (e.g. K, L, min_active, lr)")
+    check_small_keys(cfg, SlideConf, "K, L, min_active, lr")
     _check_model(cfg.model)
     if cfg.model.small:
         _check_model(effective(cfg.model, "small"), set(cfg.model.small))

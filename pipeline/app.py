@@ -22,7 +22,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.config import register_all, schema_class, unknown_key_message
+from pipeline.config import schema_class, unknown_key_message
+from pipeline.models import register_all
 from pipeline.root import CONF_DIR
 from pipeline.errors import PipelineError
 from pipeline.isolated_jobs import quiet_schema_warning

@@ -94,12 +94,15 @@ def make_context(cfg: DictConfig, out_dir: Path) -> Context:
             notices.append("CPU backend: using the model's small preset (size=small) so the run finishes in "
                            "seconds; pass size=full for the paper's sizes")
     if size == "small":
-        from pipeline.config import replaced_by_small_preset
+        from pipeline.config import apply_small_preset, replaced_by_small_preset
         given = replaced_by_small_preset(cfg)
         if given:
             notices.append(f"size=small: {' '.join(given)} not used (the model's small preset replaces "
                            f"{'it' if len(given) == 1 else 'them'}); pass size=full to use "
                            f"{'it' if len(given) == 1 else 'them'}")
+        applied = apply_small_preset(cfg)
+        if applied:
+            notices.append(applied)
     ctx = Context(cfg=cfg, backend=backend, size=size, out_dir=out_dir)
     for n in notices:
         ctx.notice(n)

@@ -22,3 +22,9 @@ class GpuError(PipelineError):
 class VerificationError(PipelineError):
     """A result disagreed with the reference: its time does not count."""
     exit_code = 4
+
+
+def require(cond: bool, key: str, value, allowed: str) -> None:
+    """Raise a one-line ConfigError naming the key, the value and what is allowed."""
+    if not cond:
+        raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")

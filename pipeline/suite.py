@@ -1,19 +1,59 @@
 """The GPU suite's run lists: ``conf/suite/<name>.yaml``, one file a model package, each with a
 ``bench:`` list (benchmark runs) and a ``sanitize:`` list (tiny runs of every kernel for
 compute-sanitizer). An entry is one ``python -m pipeline`` run: its overrides as typed on the
-command line. ``scripts/gpu_suite.py`` runs them; a CPU test composes every one."""
+command line. ``scripts/gpu_suite.py`` runs them; a CPU test composes every one.
+
+A file may also have a ``headline:`` list: the measures the model is summed up by in the README's
+results table (``scripts/gpu_suite.py render``), each a mapping (``HEADLINE_KEYS``) whose ``run``
+is a ``bench:`` entry of the file by its number (1 = the first, as ``gpu_suite.py list`` numbers
+them) or, for a run not in the list, that run's own overrides."""
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from pipeline.errors import ConfigError
 from pipeline.root import CONF_DIR
 
 SUITE_DIR = CONF_DIR / "suite"
 PARTS = ("bench", "sanitize")
+KEYS = PARTS + ("headline",)
+
+
+@dataclass
+class Headline:
+    """The measure a model is summed up by: which benchmark run (its overrides; ``progress=``,
+    ``backend=``, ``cache_dir=`` and budgets are ignored when records are matched), which ``case``
+    of it, which ``column`` (in ``unit``), and whether more is better. Rows of kind ``ours`` compete
+    with rows of kind ``baseline``; with ``baseline_when`` (column: value) the rows matching it are
+    the baselines and every other row is ours. A row is named by its ``name_column``. ``also``:
+    other runs measuring the same (e.g. with fewer baselines)."""
+    suite: str
+    model: str
+    measure: str
+    run: List[str]
+    column: str
+    unit: str = ""
+    case: Optional[str] = None
+    higher_is_better: bool = False
+    name_column: str = "variant"
+    baseline_when: Dict[str, str] = field(default_factory=dict)
+    also: List[List[str]] = field(default_factory=list)
+
+    def side(self, row: Dict[str, Any]) -> Optional[str]:
+        """'ours' or 'baseline' for a row that competes, None for one that does not (a floor)."""
+        if self.baseline_when:
+            base = all(str(row.get(k)) == v for k, v in self.baseline_when.items())
+            return "baseline" if base else "ours"
+        kind = row.get("kind")
+        return kind if kind in ("ours", "baseline") else None
+
+
+HEADLINE_KEYS = {"model": str, "measure": str, "run": (int, str), "column": str, "unit": str, "case": str,
+                 "higher_is_better": bool, "name_column": str, "baseline_when": dict, "also": list}
+HEADLINE_REQUIRED = ("model", "measure", "run", "column")
 
 
 @dataclass
@@ -22,11 +62,48 @@ class Suite:
     path: Path
     bench: List[List[str]] = field(default_factory=list)
     sanitize: List[List[str]] = field(default_factory=list)
+    headline: List[Headline] = field(default_factory=list)
+
+
+def _overrides(path: Path, where: str, run: Any) -> List[str]:
+    if not isinstance(run, str) or not run.strip():
+        raise ConfigError(f"{path}: {where} must be one run's overrides on one line "
+                          f"(e.g. 'model=bcm block_size=16'), not {run!r}")
+    return shlex.split(run)
+
+
+def _headline_run(path: Path, where: str, run: Any, bench: Sequence[List[str]]) -> List[str]:
+    """A headline's run: the bench entry numbered ``run`` (from 1), or a run's own overrides."""
+    if isinstance(run, bool) or not isinstance(run, int):
+        return _overrides(path, where, run)
+    if not 1 <= run <= len(bench):
+        raise ConfigError(f"{path}: {where} = {run}: the file's bench list has entries 1 to {len(bench)}")
+    return list(bench[run - 1])
+
+
+def _headline(path: Path, i: int, raw: Any, bench: Sequence[List[str]]) -> Headline:
+    where = f"headline[{i}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: {where} must be a mapping with {', '.join(HEADLINE_REQUIRED)}, not {raw!r}")
+    for key, value in raw.items():
+        if key not in HEADLINE_KEYS:
+            raise ConfigError(f"{path}: {where}: unknown key {key!r}; one of {', '.join(HEADLINE_KEYS)}")
+        want = HEADLINE_KEYS[key]
+        if not isinstance(value, want) or isinstance(value, bool) and want is not bool:
+            kinds = " or ".join(t.__name__ for t in (want if isinstance(want, tuple) else (want,)))
+            raise ConfigError(f"{path}: {where}.{key} = {value!r}: expected a {kinds}")
+    missing = [k for k in HEADLINE_REQUIRED if k not in raw]
+    if missing:
+        raise ConfigError(f"{path}: {where} lacks {', '.join(missing)}")
+    fields = dict(raw, suite=path.stem, run=_headline_run(path, f"{where}.run", raw["run"], bench),
+                  also=[_headline_run(path, f"{where}.also[{j}]", a, bench) for j, a in enumerate(raw.get("also", []))],
+                  baseline_when={str(k): str(v) for k, v in raw.get("baseline_when", {}).items()})
+    return Headline(**fields)
 
 
 def load(path: Path) -> Suite:
-    """One suite file; a one-line ConfigError for a key other than bench/sanitize or an entry that
-    is not a string of overrides."""
+    """One suite file; a one-line ConfigError for a key other than bench/sanitize/headline, an entry
+    that is not a string of overrides or a headline that is not well formed."""
     from omegaconf import OmegaConf
     path = Path(path)
     raw = OmegaConf.to_container(OmegaConf.load(path)) or {}
@@ -34,13 +111,11 @@ def load(path: Path) -> Suite:
         raise ConfigError(f"{path}: expected the keys {' and '.join(PARTS)}, each a list of runs")
     suite = Suite(path.stem, path)
     for key, runs in raw.items():
-        if key not in PARTS:
-            raise ConfigError(f"{path}: unknown key {key!r}; a suite file has {' and '.join(PARTS)}")
-        for i, run in enumerate(runs or []):
-            if not isinstance(run, str) or not run.strip():
-                raise ConfigError(f"{path}: {key}[{i}] must be one run's overrides on one line "
-                                  f"(e.g. 'model=bcm block_size=16'), not {run!r}")
-            getattr(suite, key).append(shlex.split(run))
+        if key not in KEYS:
+            raise ConfigError(f"{path}: unknown key {key!r}; a suite file has {', '.join(KEYS)}")
+        if key in PARTS:
+            getattr(suite, key).extend(_overrides(path, f"{key}[{i}]", run) for i, run in enumerate(runs or []))
+    suite.headline = [_headline(path, i, h, suite.bench) for i, h in enumerate(raw.get("headline") or [])]
     return suite
 
 
@@ -56,3 +131,8 @@ def load_all(only: Sequence[str] = ()) -> Dict[str, Suite]:
     if bad:
         raise ConfigError(f"no suite {', '.join(bad)} in {SUITE_DIR}: one of {', '.join(known)}")
     return {n: load(SUITE_DIR / f"{n}.yaml") for n in known if not only or n in only}
+
+
+def headlines() -> List[Headline]:
+    """The headline measures of every suite of ``conf/suite/``, file by file (by name)."""
+    return [h for s in load_all().values() for h in s.headline]

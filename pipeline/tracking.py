@@ -351,7 +351,7 @@ class SweepCallback(Callback):
     """Hydra callback (conf/config.yaml: hydra.callbacks.mlflow_sweep)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from pipeline.config import register_all
+        from pipeline.models import register_all
         register_all()
         check_sweep_jobs(config)
         if not config.tracking.enabled:

@@ -30,7 +30,7 @@ def pytest_collection_modifyitems(config, items):
 def compose():
     """compose(overrides) -> the composed DictConfig, as the CLI would see it."""
     from hydra import compose as hcompose, initialize_config_dir
-    from pipeline.config import register_all
+    from pipeline.models import register_all
     register_all()
 
     def _compose(overrides=()):

@@ -161,7 +161,6 @@ def test_default_commands_time_paper_and_best(compose):
     """model=softmax_topn / model=fewhot with no kernel= time the paper's variant and the project's
     fastest side by side; kernel=<name> or model.variants=[...] times what was asked."""
     from pipeline.config import validate
-    from pipeline.models.argueta.model import requested
     from pipeline.models.argueta.variants import FEWHOT, TOPN
     for overrides, reg, want in [
         (["model=softmax_topn"], TOPN, ["topn_atomic", "topn_bucket"]),
@@ -174,7 +173,7 @@ def test_default_commands_time_paper_and_best(compose):
     ]:
         c = compose(overrides)
         validate(c)
-        assert requested(c, reg) == want, overrides
+        assert reg.check(c) == want, overrides
     c = compose(["model=softmax_topn"])
     assert list(c.model.baselines) == ["softmax_topk", "torch_topk", "online_topk"]
 

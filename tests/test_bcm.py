@@ -133,10 +133,9 @@ def test_experiment_composes(compose):
     (["model.variants=[tiled,rfft_tf32]"], ["tiled", "rfft_tf32"]),
 ])
 def test_default_times_the_papers_variant_and_the_best(compose, overrides, want):
-    from pipeline.models.bcm.model import asked_variants
-    from pipeline.models.bcm.variants import PAPER
+    from pipeline.models.bcm.variants import PAPER, REGISTRY
     cfg = compose(["model=bcm", *overrides])
-    assert asked_variants(cfg) == want
+    assert REGISTRY.check(cfg) == want
     assert list(cfg.model.baselines) == ["dense_fp32", "dense_tf32"]
     if not overrides:
         assert PAPER in want

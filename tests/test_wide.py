@@ -311,7 +311,7 @@ def test_report_on_cpu_keeps_its_names_and_adds_time_to_target(compose, tmp_path
     m.execute()
     m.verify()
     rep = m.report()
-    for key in ("epoch_ms", "gpu_ms", "val_loss", "val_auc", "time_to_stop_s", "to_target_s", "to_target_gpu_s",
+    for key in ("epoch_ms", "gpu_ms", "val_loss", "val_auc", "to_stop_s", "to_target_s", "to_target_gpu_s",
                 "to_target_epochs"):
         assert f"summary/cpu/{key}" in rep.metrics, key
     assert rep.metrics["summary/target_loss"] == 0.36 and rep.metrics["summary/objective"] > 0

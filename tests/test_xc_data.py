@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pipeline.data import xc, xc_synth
+from pipeline.data import xc, xc_dataset, xc_synth
 from pipeline.errors import ConfigError, DataError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -392,7 +392,7 @@ def test_unknown_key_rejected_by_schema(compose):
 def test_load_bibtex_real(compose, tmp_path):
     cfg = compose(["dataset=bibtex"])
     notes = []
-    d = xc.load(cfg.dataset, data_dir=str(tmp_path / "elsewhere"), cache_dir=str(tmp_path / "c"),
+    d = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path / "elsewhere"), cache_dir=str(tmp_path / "c"),
                 size="small", seed=0, notice=notes.append)
     assert d.source.startswith("real: ") and d.train.n == 4880 and d.test.n == 2515
     assert (d.n_features, d.n_labels) == (1836, 159) and d.max_labels_per_row >= 2
@@ -403,13 +403,13 @@ def test_load_bibtex_real(compose, tmp_path):
 def test_load_generated_small_notice_and_cache(compose, tmp_path, monkeypatch):
     cfg = compose(["dataset=amazon670k", "dataset.small_train_rows=600", "dataset.small_test_rows=200"])
     notes = []
-    d = xc.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=str(tmp_path / "c"), size="small", seed=3,
+    d = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=str(tmp_path / "c"), size="small", seed=3,
                 notice=notes.append)
     assert d.source.startswith("generated: small preset") and d.train.n == 600 and d.test.n == 200
     assert (d.n_features, d.n_labels) == (2000, 5000)
     assert any("size=small" in n for n in notes)
     monkeypatch.setattr(xc_synth, "generate", lambda *a, **k: pytest.fail("regenerated despite the cache"))
-    again = xc.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=str(tmp_path / "c"), size="small", seed=3,
+    again = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=str(tmp_path / "c"), size="small", seed=3,
                     notice=notes.append)
     assert (again.train.X != d.train.X).nnz == 0 and (again.test.Y != d.test.Y).nnz == 0
 
@@ -417,7 +417,7 @@ def test_load_generated_small_notice_and_cache(compose, tmp_path, monkeypatch):
 def test_load_generated_full_shape_scaled(compose, tmp_path):
     cfg = compose(["dataset=wiki325k", "dataset.scale=0.002"])
     notes = []
-    d = xc.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="full", seed=0, notice=notes.append)
+    d = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="full", seed=0, notice=notes.append)
     assert (d.n_features, d.n_labels) == (1617899, 325056)
     assert d.train.n == round(1778351 * 0.002) and d.test.n == round(587084 * 0.002)
     assert d.train.stats()["nnz_per_row"] == pytest.approx(42.5, rel=0.05)
@@ -434,15 +434,15 @@ def _xc_pair(folder: Path, F: int, L: int):
 def test_load_real_files_found_in_data_dir_or_given_path(compose, tmp_path):
     _xc_pair(tmp_path / "amazon670k", 135909, 670091)
     cfg = compose(["dataset=amazon670k", "dataset.test=test.txt.gz"])
-    d = xc.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="full", seed=0, notice=lambda m: None)
+    d = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="full", seed=0, notice=lambda m: None)
     assert d.source == f"real: {tmp_path / 'amazon670k'}" and d.train.n == 2 and d.test.n == 1
     _xc_pair(tmp_path / "mine", 50, 4)
     cfg = compose(["dataset=wiki325k", f"dataset.path={tmp_path / 'mine'}", "dataset.test=test.txt.gz",
                    "dataset.features=0", "dataset.labels=0"])
-    d = xc.load(cfg.dataset, data_dir=str(tmp_path / "none"), cache_dir=None, size="full", seed=0)
+    d = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path / "none"), cache_dir=None, size="full", seed=0)
     assert (d.n_features, d.n_labels) == (50, 4)
     notes = []
-    d = xc.load(cfg.dataset, data_dir=str(tmp_path / "none"), cache_dir=None, size="small", seed=0,
+    d = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path / "none"), cache_dir=None, size="small", seed=0,
                 notice=notes.append)
     assert d.source.startswith("generated: small preset") and d.n_labels == 5000
     assert any("does not read the real files" in n for n in notes)
@@ -451,16 +451,16 @@ def test_load_real_files_found_in_data_dir_or_given_path(compose, tmp_path):
 def test_load_real_errors(compose, tmp_path):
     cfg = compose(["dataset=amazon670k", f"dataset.path={tmp_path / 'absent'}"])
     with pytest.raises(DataError, match="dataset.path=.*no such folder"):
-        xc.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="full", seed=0)
+        xc_dataset.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="full", seed=0)
     _xc_pair(tmp_path / "mine", 50, 4)
     cfg = compose(["dataset=amazon670k", f"dataset.path={tmp_path / 'mine'}"])
     with pytest.raises(DataError, match=r"test.txt: missing file of dataset 'amazon670k'"):
-        xc.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="full", seed=0)
+        xc_dataset.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="full", seed=0)
     cfg = compose(["dataset=amazon670k", f"dataset.path={tmp_path / 'mine'}", "dataset.test=test.txt.gz"])
     with pytest.raises(DataError, match=r"train.txt:1: header declares 50 features but dataset.features=135909"):
-        xc.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="full", seed=0)
+        xc_dataset.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="full", seed=0)
     write(tmp_path / "mine" / "test2.txt", "1 50 5\n1 1:1\n")
     cfg = compose(["dataset=amazon670k", f"dataset.path={tmp_path / 'mine'}", "dataset.test=test2.txt",
                    "dataset.features=0", "dataset.labels=0"])
     with pytest.raises(DataError, match="both files of a dataset must agree"):
-        xc.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="full", seed=0)
+        xc_dataset.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="full", seed=0)

@@ -1,10 +1,12 @@
 """Config schemas (dataclasses registered in Hydra's ConfigStore) and post-composition checks.
 
-Core schemas live here; each model adds its own in ``pipeline/config/<model>.py`` (imported
-automatically by :func:`register_all`). A model schema is registered as ``group="model",
-name="schema_<model>"`` and its YAML lists it first in its defaults, so Hydra rejects an unknown
-key or a wrong type before any work. Range and consistency checks that Hydra cannot express run in
-:func:`validate` right after composition and raise :class:`pipeline.errors.ConfigError`.
+The core schemas live here; each model keeps its own in ``pipeline/models/<m>/config.py``
+(imported by :func:`pipeline.models.register_all`, which calls :func:`register_core` first). A model
+schema is registered as ``group="model", name="schema_<model>"`` and its YAML lists it first in its
+defaults, so Hydra rejects an unknown key or a wrong type before any work. Range and consistency
+checks that Hydra cannot express run in :func:`validate` right after composition and raise
+:class:`pipeline.errors.ConfigError`. This layer imports no model: a model's variants are known
+through :mod:`pipeline.registry`, its checks through :func:`validator`.
 """
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ import dataclasses
 import difflib
 import enum
 import importlib
-import pkgutil
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Optional
@@ -20,10 +21,9 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from pipeline.errors import ConfigError
-from pipeline.root import PROJECT_ROOT  # noqa: F401  (also read from here by older code)
-
-
+from pipeline import registry as registries
+from pipeline.errors import ConfigError, require
+from pipeline.root import PROJECT_ROOT
 
 class Backend(enum.Enum):
     auto = "auto"
@@ -93,7 +93,7 @@ class ModelConf:
     knob (``block_size``, ``batch_size``, ``epochs``) that this model does not use what to write
     instead, e.g. ``{"block_size": "model.block_size (threads per block)"}``."""
     TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {}
-    # keys (``model.*``, ``dataset.*``) whose values size=small replaces by the model's small preset:
+    # other keys (``dataset.*``) whose values size=small replaces (e.g. a generator's small_scale):
     # a run that was given one says so (see :func:`replaced_by_small_preset`)
     SMALL_REPLACES: ClassVar[tuple] = ()
     name: str = MISSING
@@ -101,6 +101,8 @@ class ModelConf:
     variants: List[str] = field(default_factory=list)   # empty: [kernel.name]
     baselines: List[str] = field(default_factory=list)  # timed beside the variants, same run
     tolerance: float = 1e-4                  # max relative error against the float64 reference
+    # size=small (the CPU backend's preset, seconds): these model keys replace the others; null: none
+    small: Optional[Dict[str, Any]] = None
 
 
 @dataclass
@@ -134,7 +136,6 @@ class Config:
 
 _registered = False
 _validators: Dict[str, Callable[[DictConfig], None]] = {}
-_registries: Dict[str, Any] = {}
 
 
 def validator(model_name: str):
@@ -145,27 +146,22 @@ def validator(model_name: str):
     return deco
 
 
-def register_all() -> None:
-    """Register every schema with Hydra's ConfigStore (idempotent)."""
+def register_core() -> None:
+    """Register the core schemas and the resolvers with Hydra's ConfigStore (idempotent);
+    :func:`pipeline.models.register_all` adds every model's."""
     global _registered
     if _registered:
         return
-    if not OmegaConf.has_resolver("project_root"):
-        OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT))
-    if not OmegaConf.has_resolver("first"):
-        OmegaConf.register_new_resolver("first", first)
-    if not OmegaConf.has_resolver("variants_help"):
-        OmegaConf.register_new_resolver("variants_help", lambda: variants_help())
-    if not OmegaConf.has_resolver("groups_help"):
-        OmegaConf.register_new_resolver("groups_help", lambda: groups_help())
+    for name, fn in (("project_root", lambda: str(PROJECT_ROOT)), ("first", first),
+                     ("variants_help", lambda: variants_help()), ("groups_help", lambda: groups_help())):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
     cs = ConfigStore.instance()
     cs.store(name="schema_config", node=Config)
     cs.store(group="kernel", name="schema_kernel", node=KernelConf)
     cs.store(group="dataset", name="schema_dataset", node=DatasetConf)
     cs.store(group="model", name="schema_model", node=ModelConf)
-    for mod in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{mod.name}")   # each registers its own schemas
-    store_kernel_options()
+    importlib.import_module(f"{__name__}.xc")          # the extreme-classification dataset schema
     _registered = True
 
 
@@ -175,7 +171,7 @@ def store_kernel_options() -> None:
     for ``model.variants=[<variant>]``). Only each model's default is a file:
     ``conf/kernel/<model>_default.yaml``."""
     cs = ConfigStore.instance()
-    for reg in _registries.values():
+    for reg in registries.all_registries():
         for name in reg.variants:
             cs.store(group="kernel", name=name, node=KernelConf(name=name))
 
@@ -193,25 +189,11 @@ def first(*values: Any) -> Any:
     return None
 
 
-def register_variants(model: str, registry) -> None:
-    """Register ``model``'s variant registry (``pipeline/models/<pkg>/variants.py``, a leaf module
-    that imports nothing of the model's code): :func:`validate` checks ``kernel=``,
-    ``model.variants`` and ``model.baselines`` against it before any work or MLflow run, and
-    ``--help`` lists its variants."""
-    _registries[model] = registry
-
-
-def registry(model: str):
-    """The variant registry of ``model``, or None."""
-    register_all()
-    return _registries.get(model)
-
-
 def variants_help() -> str:
     """One line per model: its variants (ours, then baselines) by backend; for ``--help``."""
     lines = []
-    register_all()
-    for model, reg in _registries.items():
+    for reg in registries.all_registries():
+        model = reg.model
         parts = []
         for backend in ("cuda", "cpu"):
             ours = reg.names(backend, "ours")
@@ -239,18 +221,36 @@ def groups_help() -> str:
 
 # ---------------------------------------------------------------- validation after composition
 
-def require(cond: bool, key: str, value: Any, allowed: str) -> None:
-    """Raise a one-line ConfigError naming the key, the value and what is allowed."""
-    if not cond:
-        raise ConfigError(f"{key}={value!r} is not allowed: {allowed}")
+SMALL_IDENTITY = ("small", "name", "impl", "variants", "baselines")
 
 
-def check_small_keys(cfg, schema, examples: str) -> None:
-    """``model.small`` (a model's size=small preset) may replace only keys of the model's ``schema``,
+def check_small_keys(cfg) -> None:
+    """``model.small`` (the model's size=small preset) may replace only keys of the model's schema,
     not its identity: one-line ConfigError naming ``model.small.<key>``."""
+    t = OmegaConf.get_type(cfg.model)
+    known = [f.name for f in dataclasses.fields(t)] if t is not None and dataclasses.is_dataclass(t) else list(cfg.model)
+    keys = [k for k in known if k not in SMALL_IDENTITY]
     for k in cfg.model.get("small") or {}:
-        require(k in schema.__dataclass_fields__ and k not in ("small", "name", "impl", "variants", "baselines"),
-                f"model.small.{k}", cfg.model.small[k], f"keys of the model config (e.g. {examples})")
+        require(k in keys, f"model.small.{k}", cfg.model.small[k], f"a key of model={cfg.model.name}: {', '.join(keys)}")
+
+
+def with_small(m: DictConfig) -> DictConfig:
+    """The model config with its size=small preset applied (a copy; ``m`` itself when it has none)."""
+    return OmegaConf.merge(m, dict(m.small)) if m.get("small") else m
+
+
+def apply_small_preset(cfg: DictConfig) -> Optional[str]:
+    """On size=small: the keys of ``model.small`` replace the model's, in ``cfg`` (which every stage
+    reads); returns the line that says so (None without a preset)."""
+    small = cfg.model.get("small")
+    if not small:
+        return None
+    merged = with_small(cfg.model)
+    for k in small:
+        cfg.model[k] = merged[k]
+    return ("size=small: model " + " ".join(f"{k}={OmegaConf.to_container(v) if isinstance(v, DictConfig) else v}"
+                                          for k, v in ((k, small[k]) for k in small))
+            + " (model.small; model.small=null keeps the full settings)")
 
 
 def is_pow2(x: int) -> bool:
@@ -338,10 +338,12 @@ def knob(cfg: DictConfig, key: str) -> str:
 
 def replaced_by_small_preset(cfg: DictConfig) -> List[str]:
     """The overrides of this run (``key=value``, as typed) that size=small replaces by the model's
-    small preset (its schema's ``SMALL_REPLACES``): on the CPU backend a user who typed
-    ``model.rows=100000`` is told the run does not use it. Empty outside a Hydra run."""
+    small preset (the keys of ``model.small``, and its schema's ``SMALL_REPLACES``): on the CPU
+    backend a user who typed ``model.rows=100000`` is told the run does not use it. Empty outside a
+    Hydra run."""
     t = OmegaConf.get_type(cfg.model)
     keys = set(getattr(t, "SMALL_REPLACES", ()) if t is not None else ())
+    keys |= {f"model.{k}" for k in cfg.model.get("small") or {}}
     return [o for o in task_overrides() or [] if o.split("=", 1)[0].lstrip("+~") in keys] if keys else []
 
 
@@ -404,7 +406,8 @@ def validate(cfg: DictConfig) -> None:
             "auto, true or false")
     require(cfg.pool.wait_s >= 0, "pool.wait_s", cfg.pool.wait_s, "0 (wait) or a positive number of seconds")
     require(cfg.launcher.gpus_per_job >= 1, "launcher.gpus_per_job", cfg.launcher.gpus_per_job, "a positive integer")
-    reg = _registries.get(cfg.model.name)
+    check_small_keys(cfg)
+    reg = registries.of_model(str(cfg.model.name))
     if reg is not None:
         reg.check(cfg)
     fn = _validators.get(cfg.model.name)
@@ -419,14 +422,3 @@ def check_no_dataset(cfg) -> None:
     name = str(cfg.dataset.get("name", ""))
     require(name == "synthetic", "dataset", name,
             f"leave it out: model={cfg.model.name} generates its inputs and reads no dataset")
-
-
-def check_variants(cfg: DictConfig, allowed: List[str]) -> List[str]:
-    """The variants this run times (model.variants, else [kernel.name]), each checked against
-    ``allowed``; raises a one-line ConfigError naming the bad one."""
-    key = "model.variants" if cfg.model.variants else "kernel"
-    names = list(cfg.model.variants) or [cfg.kernel.name]
-    for k, vals in ((key, names), ("model.baselines", list(cfg.model.baselines))):
-        for v in vals:
-            require(v in allowed, k, v, f"one of {', '.join(allowed)} for model={cfg.model.name}")
-    return names

@@ -17,7 +17,7 @@ from typing import Callable, List
 
 import numpy as np
 
-from pipeline.timing import Timing, policy
+from pipeline.timing_policy import Timing, policy
 
 HOLD_MIN_US = 20.0
 HOLD_MAX_US = 2000.0

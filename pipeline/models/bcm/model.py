@@ -6,12 +6,10 @@ from typing import Dict, List
 
 import numpy as np
 
-from pipeline.bench import BENCH_COLUMNS, Case, Variant, best_metrics, failures, measure
-from pipeline.models.base import Model
+from pipeline.bench import Case, Variant
+from pipeline.models.base import BenchmarkModel
 from pipeline.models.bcm import reference as ref
 from pipeline.models.bcm.costs import bcm_cost, dense_check, dense_cost
-from pipeline.models.bcm.variants import BCM_KERNEL_NAMES, DENSE, REGISTRY
-from pipeline.results import Report
 
 # Paper Table 3, and the small preset used on the CPU backend.
 FULL = {
@@ -27,12 +25,6 @@ SMALL = {
 # Paper Fig. 5 (Kernel Fusion over cuBLAS MM on a V100), for the plot.
 PAPER_SPEEDUP = {("A", 16): 1.12, ("A", 32): 2.1, ("A", 64): 3.5,
                  ("B", 16): 1.06, ("B", 32): 1.39, ("B", 64): 1.64}
-
-GPU_OURS = list(BCM_KERNEL_NAMES)
-GPU_BASELINES = list(DENSE)
-CPU_OURS = REGISTRY.names("cpu", "ours")
-CPU_BASELINES = REGISTRY.names("cpu", "baseline")
-
 
 def make_case(layer: str, k: int, batch: int, size: str, rng: np.random.Generator) -> Case:
     spec = (FULL if size == "full" else SMALL)[layer]
@@ -97,56 +89,24 @@ def cpu_variants() -> Dict[str, Variant]:
     }
 
 
-def asked_variants(cfg) -> List[str]:
-    """The variants a run times: ``model.variants``; else the kernel entry's ``variants`` (the
-    default entry lists the paper's ``fused`` and the project's best side by side); else
-    ``[kernel.name]``. Every name is checked against the registry."""
-    return REGISTRY.check(cfg)
+class BcmModel(BenchmarkModel):
+    CASE_COLUMNS = ["k", "n", "p", "q"]
+    CPU_NOTE = "CPU backend: the NumPy FFT implementation (cpu_fft) against NumPy dense on the small preset"
 
-
-class BcmModel(Model):
-    GPU_VARIANTS = GPU_OURS + GPU_BASELINES
-    CPU_VARIANTS = CPU_OURS + CPU_BASELINES
-
-    def prepare(self) -> None:
-        m = self.cfg.model
-        names = asked_variants(self.cfg)
+    def variants_table(self) -> Dict[str, Variant]:
         if self.ctx.cuda:
             from pipeline.models.bcm import gpu
-            table = gpu.variants()
-            self.ours = [n for n in names if n in GPU_OURS + GPU_BASELINES]
-            self.baselines = [b for b in m.baselines if b in GPU_BASELINES and b not in self.ours]
-            dropped = [n for n in names if n not in self.ours]
-            if dropped:
-                self.ctx.notice(f"variants {dropped} are CPU variants; on the GPU running {self.ours or GPU_OURS[3:4]}")
-                self.ours = self.ours or ["fused"]
-        else:
-            table = cpu_variants()
-            asked = [n for n in names if n not in CPU_OURS + CPU_BASELINES]
-            self.ours = [n for n in names if n in CPU_OURS] or ["cpu_fft"]
-            self.baselines = ["cpu_dense"]
-            if asked:
-                self.ctx.notice(f"CPU backend: variant(s) {', '.join(asked)} need a GPU; running the NumPy FFT "
-                                f"implementation (cpu_fft) against NumPy dense (cpu_dense) instead")
-        self.variants = [table[n] for n in self.ours + self.baselines]
+            return gpu.variants()
+        return cpu_variants()
+
+    def cases(self) -> List[Case]:
+        m = self.cfg.model
         rng = np.random.default_rng(int(self.cfg.seed))
         ks = list(m.block_sizes) or [int(m.block_size)]
-        self.cases: List[Case] = [make_case(layer, int(k), int(m.batch_size), self.ctx.size, rng)
-                                  for layer in m.layers for k in ks]
+        return [make_case(layer, int(k), int(m.batch_size), self.ctx.size, rng) for layer in m.layers for k in ks]
 
-    def execute(self) -> None:
-        self.rows = measure(self.cases, self.variants, self.ctx, float(self.cfg.model.tolerance),
-                            speedup_over=self.baselines)
-
-    def verify(self) -> None:
-        self.failures = failures(self.rows)
-
-    def report(self) -> Report:
-        cols = BENCH_COLUMNS[:1] + ["k", "n", "p", "q"] + BENCH_COLUMNS[1:] + [f"x_vs_{b}" for b in self.baselines]
-        rep = Report(rows=self.rows, columns=cols, failures=self.failures)
-        rep.metrics.update(best_metrics(self.rows, self.baselines))
-        rep.figures["speedup.png"] = speedup_plot(self.rows, self.baselines)
-        return rep
+    def figures(self, rows):
+        return {"speedup.png": speedup_plot(rows, self.baselines)}
 
 
 def speedup_plot(rows, baselines):

@@ -13,17 +13,15 @@ from typing import Any, Dict, List
 import numpy as np
 
 from pipeline.bench import rel_error
-from pipeline.models.base import Model
+from pipeline.models.base import TrainingModel
 from pipeline.models.bcm import reference as ref
+from pipeline.data.fallback import fallback
 from pipeline.models.bcm_cnn import data as datasets
 from pipeline.models.bcm_cnn.net import ARCHS, Net, bcm_layer_sizes
-from pipeline.models.bcm_cnn.variants import REGISTRY
 from pipeline.registry import BASELINE, OURS
 from pipeline.results import Report
 from pipeline.timing import speedups
 from pipeline.train import fit
-
-BCM_VARIANTS = REGISTRY.names("cuda")
 
 # Paper §4.5 / Fig. 13: CIFAR-10 accuracy drop of the BCM network vs GEMM, percentage points.
 PAPER_GAP = {16: 1.4, 32: 2.3, 64: 5.2}
@@ -94,41 +92,14 @@ class NetTrainer:
         return {"test_acc": self.model._evaluate(self.net, self.Xt, self.Yt)}
 
 
-class BcmCnnModel(Model):
-    GPU_VARIANTS = BCM_VARIANTS
-    CPU_VARIANTS = REGISTRY.names("cpu")
+class BcmCnnModel(TrainingModel):
 
     # ---------------------------------------------------------------------------------- prepare
-    def _small_preset(self) -> None:
-        """size=small (the CPU backend): model.small's keys replace the model's (slide's rule,
-        ``pipeline.config.slide.effective``), in cfg, which every stage reads; said in one line."""
-        from pipeline.config.slide import effective
-        m = self.cfg.model
-        eff = effective(m, self.ctx.size)
-        if eff is m:
-            return
-        for k in m.small:
-            m[k] = eff[k]
-        self.ctx.notice("size=small: model " + " ".join(f"{k}={v}" for k, v in m.small.items()) +
-                        " (model.small; model.small=null keeps the full settings)")
-
     def prepare(self) -> None:
         cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
-        self._small_preset()
-        self.dataset = datasets.fallback(cfg, str(cfg.dataset.name), ctx.notice)
-        asked = REGISTRY.check(cfg)
-        if ctx.cuda:
-            gpu_only = [v for v in asked if v in BCM_VARIANTS]
-            if len(gpu_only) < len(asked):
-                ctx.notice(f"{[v for v in asked if v not in BCM_VARIANTS]} are CPU variants; on the GPU the BCM "
-                           f"layers run {gpu_only or ['tiled']}")
-            variants = gpu_only or ["tiled"]
-        else:
-            if any(v not in self.CPU_VARIANTS for v in asked):
-                ctx.notice(f"CPU backend: kernel={','.join(asked)} needs a GPU; the BCM layers run the NumPy FFT "
-                           f"reference and the dense layers NumPy matmuls")
-            variants = ["cpu_fft"]
-        self.variants = list(dict.fromkeys(variants))
+        self.dataset = fallback(cfg, str(cfg.dataset.name), ctx.notice)
+        self.select()
+        self.variants = list(dict.fromkeys("cpu_fft" if v == "cpu" else v for v in self.ours))
         self.train, self.test = datasets.load(cfg, self.dataset, ctx.size, int(cfg.seed))
         n, bs = len(self.train.y), min(int(m.batch_size), len(self.train.y))
         self.samples_per_epoch = n // bs * bs           # for the progress bar (full batches only)
@@ -351,12 +322,8 @@ class BcmCnnModel(Model):
                 rep.series[f"{tag}/{key}"] = list(vals)
         if dense_acc is not None:
             self._vs_dense(rows)
-        for row in rows:
-            for key in ("test_acc_pct", "best_acc_pct", "train_loss", "epoch_ms", "layer_s", "compression",
-                        "acc_gap_pct", "paper_gap_pct", "x_vs_dense", "time_vs_dense", "layer_time_vs_dense"):
-                v = row.get(key)
-                if isinstance(v, (int, float)) and v == v:
-                    rep.metrics[f"summary/{row['network']}/{key}"] = float(v)
+        self.summarize(rep, rows, ["test_acc_pct", "best_acc_pct", "train_loss", "epoch_ms", "layer_s", "compression",
+                                   "acc_gap_pct", "paper_gap_pct", "time_vs_dense", "layer_time_vs_dense"], by="network")
         rep.rows = rows
         rep.columns = ["variant", "kind", "k", "impl", "ok", "weights", "compression", "epochs", "train_loss",
                        "test_acc_pct", "best_acc_pct", "acc_gap_pct", "paper_gap_pct", "epoch_ms", "x_vs_dense",

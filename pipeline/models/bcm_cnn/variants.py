@@ -8,4 +8,4 @@ REGISTRY = Registry("bcm_cnn", [
     *BCM_KERNELS,
     VariantInfo("cpu_fft", OURS, "cpu", "NumPy FFT BCM layers, NumPy dense layers"),
     VariantInfo("cpu", OURS, "cpu", "the same as cpu_fft"),
-], cpu_default="cpu_fft")
+], cpu_default="cpu_fft", gpu_default="tiled")

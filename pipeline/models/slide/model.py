@@ -10,10 +10,9 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.models.base import Model
+from pipeline.models.base import TrainingModel
 from pipeline.models.slide import reference as ref
 from pipeline.models.slide.variants import REGISTRY
-from pipeline.registry import select_variants
 from pipeline.results import Report
 from pipeline.timing import speedups
 from pipeline.train import History, fit
@@ -66,15 +65,15 @@ def load_data(cfg, size: str, notice):
     both files whole (a malformed or missing file stops the run with the reader's one-line error),
     and size=small (the CPU preset) then trains and evaluates on their first
     ``dataset.small_train_rows`` / ``dataset.small_test_rows`` rows, and says so. Without a named
-    folder, :func:`pipeline.data.xc.load` decides (real files at every size for kind=real, the
+    folder, :func:`pipeline.data.xc_dataset.load` decides (real files at every size for kind=real, the
     generator's small preset on size=small otherwise)."""
-    from pipeline.data import xc
+    from pipeline.data import xc_dataset
     d = cfg.dataset
     kw = dict(data_dir=cfg.data_dir, cache_dir=cfg.cache_dir, seed=int(cfg.seed), notice=notice)
     named = str(d.kind) == "auto" and bool(str(d.path or ""))
     if size != "small" or not named:
-        return xc.load(d, size=size, **kw)
-    data = xc.load(d, size="full", **kw)           # the user's files, read and checked whole
+        return xc_dataset.load(d, size=size, **kw)
+    data = xc_dataset.load(d, size="full", **kw)           # the user's files, read and checked whole
     ntr, nte = int(d.small_train_rows), int(d.small_test_rows)
     rows_tr, rows_te = data.train.n, data.test.n
     train, test = _host_split(data.train, ntr), _host_split(data.test, nte)
@@ -87,7 +86,7 @@ def load_data(cfg, size: str, notice):
         notice(f"dataset.path={d.path}: {d.train} and {d.test} used whole on size=small "
                f"({rows_tr} train / {rows_te} test rows)")
         source = data.source
-    return xc.XCData(data.name, train, test, data.n_features, data.n_labels, source)
+    return xc_dataset.XCData(data.name, train, test, data.n_features, data.n_labels, source)
 
 
 def popular_topk(train_Y, k: int) -> np.ndarray:
@@ -105,24 +104,12 @@ def popularity_baseline(train_Y, test_Y, ks) -> Dict[str, float]:
     return ref.precision_at_k(np.broadcast_to(top, (test_Y.shape[0], top.size)), test_Y, ks)
 
 
-class SlideModel(Model):
-    GPU_VARIANTS = REGISTRY.names("cuda")
-    CPU_VARIANTS = REGISTRY.names("cpu")
+class SlideModel(TrainingModel):
 
     def prepare(self) -> None:
         cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
-        sel = select_variants(cfg, ctx.backend, REGISTRY)
-        for n in sel.notes:
-            ctx.notice(n)
-        self.ours, self.baselines = sel.ours, sel.baselines
-        if not ctx.cuda and not self.baselines and m.baselines:
-            self.baselines = ["cpu_dense"]
-            ctx.notice("CPU backend: comparing with cpu_dense (the NumPy dense full softmax) instead")
-        from pipeline.config.slide import effective
-        self.mcfg = effective(m, ctx.size)
-        if self.mcfg is not m:
-            ctx.notice("size=small: model " + " ".join(f"{k}={v}" for k, v in m.small.items()) +
-                       " (model.small; model.small=null keeps the full settings)")
+        self.select()
+        self.mcfg = m                # size=small: model.small already applied (pipeline.config.apply_small_preset)
         self.data = load_data(cfg, ctx.size, ctx.notice)
         d = self.data
         too_big = [int(k) for k in self.mcfg.topk if int(k) > d.n_labels]
@@ -286,14 +273,8 @@ class SlideModel(Model):
                 if key in ("epoch",):
                     continue
                 rep.series[f"{name}/{key}"] = h.series(key)
-        for r in rows:
-            v = r["variant"]
-            for key in ["epoch_ms", "step_ms", "train_s", "loss", "active_mean", "overflow"] + [f"p@{k}" for k in ks]:
-                if r.get(key) is not None:
-                    rep.metrics[f"summary/{v}/{key}"] = float(r[key])
-            for key, x in r.items():
-                if key.startswith(("x_vs_", "p1_vs_")) or key == "step_err":
-                    rep.metrics[f"summary/{v}/{key}"] = float(x)
+        self.summarize(rep, rows, ["epoch_ms", "step_ms", "train_s", "loss", "active_mean", "overflow", "step_err"]
+                       + [f"p@{k}" for k in ks], prefixes=("x_vs_", "p1_vs_"))
         main = self.ours[0]
         rep.metrics["summary/objective"] = float(rows[0]["epoch_ms"]) if rows else math.nan
         for key, x in rows[0].items():                 # the headline numbers of our first variant

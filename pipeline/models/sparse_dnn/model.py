@@ -19,20 +19,18 @@ from typing import Any, Dict, List
 import numpy as np
 from omegaconf import OmegaConf
 
-from pipeline.config import knob
 from pipeline.data import radixnet
 from pipeline.errors import ConfigError
-from pipeline.models.base import Model
-from pipeline.models.bcm_cnn.data import fallback
+from pipeline.config import knob
+from pipeline.models.base import SelectsVariants
+from pipeline.data.fallback import fallback
 from pipeline.models.sparse_dnn import multi
 from pipeline.models.sparse_dnn import reference as ref
 from pipeline.models.sparse_dnn.network import _csr_bytes, _gb, load_network   # noqa: F401 (load_network: re-exported)
-from pipeline.models.sparse_dnn.variants import REGISTRY
 from pipeline.results import Report
 from pipeline.timing import Interval, Timing, time_cpu
 from pipeline.timing import speedups
 
-GPU_VARIANTS = REGISTRY.names("cuda")
 # What each variant promises about bit-identical outputs from pass to pass (the `deterministic`
 # column adds what the run saw: the digests of the checked and the profiled pass compared).
 DETERMINISM = {
@@ -43,7 +41,6 @@ DETERMINISM = {
     "cusparse": "not promised (cuSPARSE SpMM makes no run-to-run guarantee)",
     "cpu": "by design (exact semantics: the answer has no order)",
 }
-CPU_VARIANTS = REGISTRY.names("cpu")
 SMALL = dict(N=1024)            # size=small (CPU backend): RadiX-Net shrinks to N=1024
 
 
@@ -108,18 +105,9 @@ def _once(fn):
     return out, clock.stop() * 1e-3
 
 
-class SparseDnnModel(Model):
-    GPU_VARIANTS = GPU_VARIANTS
-    CPU_VARIANTS = CPU_VARIANTS
+class SparseDnnModel(SelectsVariants):
 
     # ------------------------------------------------------------------ prepare
-    @staticmethod
-    def _asked(cfg) -> List[str]:
-        """The variants asked for: model.variants, else the kernel entry's ``variants`` (the default,
-        ``conf/kernel/sparse_dnn_default.yaml``, puts the project's fastest beside the paper's
-        snig, so the default command shows both), else kernel.name."""
-        return REGISTRY.check(cfg)
-
     def _refuse_unused_batch(self) -> None:
         """On the CPU backend in this process (model.gpus=1) the reference classifies every image in
         one pass (its threads split the rows themselves), so a batch size would be ignored: refuse it,
@@ -142,19 +130,7 @@ class SparseDnnModel(Model):
         cfg, m, d = self.cfg, self.cfg.model, self.cfg.dataset
         self._refuse_unused_batch()
         self._inputs()
-        names = self._asked(cfg)
-        if self.ctx.cuda:
-            self.ours = [n for n in names if n in GPU_VARIANTS]
-            if len(self.ours) < len(names):
-                self.ctx.notice("variant cpu is the reference; on the GPU running snig beside the baselines")
-                self.ours = self.ours or ["snig"]
-            self.baselines = [b for b in m.baselines if b in GPU_VARIANTS and b not in self.ours]
-        else:
-            asked = [n for n in names if n not in CPU_VARIANTS]
-            if asked:
-                self.ctx.notice(f"CPU backend: variant(s) {', '.join(asked)} need a GPU; running the SciPy "
-                                f"reference (cpu) instead")
-            self.ours, self.baselines = ["cpu"], []
+        self.select()
         self.workers = None                     # None: in-process (model.gpus=1)
         if int(m.gpus) != 1:
             self.workers = multi.worker_count(int(m.gpus), multi.gpu_count() if self.ctx.cuda else None)

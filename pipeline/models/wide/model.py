@@ -13,16 +13,15 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from pipeline.config import require
-from pipeline.models.base import Model
+from pipeline.errors import require
+from pipeline.models.base import TrainingModel
 from pipeline.models.wide import prep
 from pipeline.models.wide import reference as ref
-from pipeline.models.wide.variants import BY_MODEL, LR, resolved_optimizer
+from pipeline.models.wide.variants import resolved_optimizer
 from pipeline.results import Report
 from pipeline.timing import speedups
 from pipeline.train import BASELINE, OURS, History, Patience, fit, time_to_target
 
-GPU_NAMES = LR.names("cuda")      # wide_lr and wide_fm have the same variants
 STRICT = ("stage", "torch")       # strict mini-batch SGD, whatever model.update and model.optimizer say
 
 
@@ -158,28 +157,10 @@ def strict_target(hist: Dict[str, History], update: str, margin: float, given=No
     return math.nan, "no strict mini-batch run"
 
 
-class WideModel(Model):
-    GPU_VARIANTS = GPU_NAMES
-    CPU_VARIANTS = LR.names("cpu")
-
+class WideModel(TrainingModel):
     def prepare(self) -> None:
         cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
-        names = BY_MODEL.get(str(m.name), LR).check(cfg)
-        if not ctx.cuda:
-            asked = [n for n in names if n != "cpu"]
-            if asked:
-                ctx.notice(f"CPU backend: variant(s) {', '.join(asked)} need a GPU; training the NumPy reference (cpu)")
-            self.ours, self.baselines = ["cpu"], []
-        else:
-            self.ours = list(dict.fromkeys(names))
-            self.baselines = [b for b in m.baselines if b not in self.ours]
-            if "torch" in self.ours + self.baselines:
-                from pipeline.gpu.device import why_no_torch
-                why = why_no_torch()
-                if why:
-                    ctx.notice(f"torch baseline skipped: {why}")
-                    self.ours = [v for v in self.ours if v != "torch"] or ["flow"]
-                    self.baselines = [v for v in self.baselines if v != "torch"]
+        self.select()
         self.data = prep.prepare(cfg, ctx.size, int(m.chunk), int(m.hot))
         d = cfg.dataset
         if ctx.size == "small" and d.get("format") != "synth" and int(d.get("small_rows", 0) or 0) > 0:
@@ -427,20 +408,10 @@ class WideModel(Model):
             pre = "" if v == main else f"{v}/"
             for k in ("train_loss", "val_loss", "val_auc", "epoch_ms", "gpu_ms"):
                 rep.series[pre + k] = h.series(k)
-            rep.metrics[f"summary/{v}/epoch_ms"] = med[v]
-            rep.metrics[f"summary/{v}/gpu_ms"] = gmed[v]
-            rep.metrics[f"summary/{v}/val_loss"] = h.kept("val_loss")
-            rep.metrics[f"summary/{v}/val_auc"] = h.kept("val_auc")
-            rep.metrics[f"summary/{v}/time_to_stop_s"] = h.last("time_s")
-            rep.metrics[f"summary/{v}/epochs"] = float(h.epochs)
-            rep.metrics[f"summary/{v}/best_epoch"] = float(h.kept_epoch)
             rep.metrics[f"summary/{v}/converged"] = 1.0 if converged(h) else 0.0
-        for r in rows:
-            for k, x in r.items():
-                if k.startswith("x_vs_") or k in ("x_of_floor", "overlap", "in_flight", "us_per_step", "x_of_step_bound",
-                                                  "step_bound_ms", "to_target_epochs", "to_target_s",
-                                                  "to_target_gpu_s"):
-                    rep.metrics[f"summary/{r['variant']}/{k}"] = float(x)
+        self.summarize(rep, rows, ["epoch_ms", "gpu_ms", "val_loss", "val_auc", "to_stop_s", "epochs", "best_epoch",
+                                   "x_of_floor", "overlap", "in_flight", "us_per_step", "x_of_step_bound",
+                                   "step_bound_ms", "to_target_epochs", "to_target_s", "to_target_gpu_s"])
         if floor_ms:
             rep.metrics["summary/floor_ms"] = floor_ms
         if math.isfinite(self.publish_us[0]):

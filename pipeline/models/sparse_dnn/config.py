@@ -4,8 +4,7 @@ from typing import Any, ClassVar, Dict, List
 
 from omegaconf import OmegaConf
 
-from pipeline.config import ModelConf, knob, register_variants, require, store, validator
-from pipeline.models.sparse_dnn.variants import REGISTRY
+from pipeline.config import ModelConf, knob, require, store, validator
 
 SIZES = (1024, 4096, 16384, 65536)
 DEPTHS = (120, 480, 1920)
@@ -61,7 +60,6 @@ class SparseDnnConf(ModelConf):
 
 store("model", "schema_sparse_dnn", SparseDnnConf)
 store("dataset", "schema_sparse_dnn_dataset", SparseDnnDatasetConf)
-register_variants("sparse_dnn", REGISTRY)
 
 
 @validator("sparse_dnn")

@@ -2,7 +2,7 @@
 from dataclasses import dataclass, field
 from typing import ClassVar, Dict, List
 
-from pipeline.config import ModelConf, check_no_dataset, is_pow2, knob, register_variants, require, store, validator
+from pipeline.config import ModelConf, check_no_dataset, is_pow2, knob, require, store, validator
 from pipeline.models.bcm.variants import REGISTRY
 
 LAYERS = ("A", "B", "C")
@@ -20,7 +20,6 @@ class BcmConf(ModelConf):
 
 
 store("model", "schema_bcm", BcmConf)
-register_variants("bcm", REGISTRY)
 
 
 def check_block_sizes(cfg, lo: int, hi: int, why: str = "") -> None:

@@ -3,8 +3,7 @@ softmax + top-N), after Argueta & Chiang."""
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List
 
-from pipeline.config import ModelConf, check_no_dataset, is_pow2, register_variants, require, store, validator
-from pipeline.models.argueta.variants import FEWHOT, TOPN
+from pipeline.config import ModelConf, check_no_dataset, is_pow2, require, store, validator
 
 _NO_TRAINING = "it times one kernel call per case and trains nothing"
 
@@ -14,7 +13,6 @@ class FewhotConf(ModelConf):
     TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {
         "batch_size": "its minibatch is model.rows (L)", "epochs": _NO_TRAINING,
         "block_size": "its threads per block are chosen from L and M; it has no block-size setting"}
-    SMALL_REPLACES: ClassVar[tuple] = ("model.rows", "model.vocab", "model.width")
     rows: int = 100                  # L: minibatch rows of A
     vocab: int = 10240               # K: columns of A = rows of B
     width: int = 512                 # M: columns of B (embedding width)
@@ -27,7 +25,6 @@ class TopnConf(ModelConf):
     TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {
         "block_size": "its threads per block are model.block_size (paper: 256); write model.block_size={value}",
         "batch_size": "its rows are model.rows (L, a list)", "epochs": _NO_TRAINING}
-    SMALL_REPLACES: ClassVar[tuple] = ("model.rows", "model.vocab")
     rows: List[int] = field(default_factory=lambda: [512])  # L: rows (one case each)
     vocab: int = 10240               # K: logits per row
     top_n: List[int] = field(default_factory=lambda: [10])  # N: beam width (one case each)
@@ -39,8 +36,6 @@ class TopnConf(ModelConf):
 
 store("model", "schema_fewhot", FewhotConf)
 store("model", "schema_softmax_topn", TopnConf)
-register_variants("fewhot", FEWHOT)
-register_variants("softmax_topn", TOPN)
 
 
 @validator("fewhot")

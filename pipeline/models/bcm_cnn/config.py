@@ -1,12 +1,11 @@
 """Schema and checks for model=bcm_cnn (BCM CNN training, Dong et al. 2020 §4.5)."""
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import List
 
 from omegaconf import OmegaConf
 
-from pipeline.config import ModelConf, check_small_keys, is_pow2, knob, register_variants, require, store, validator
-from pipeline.config.bcm import check_block_sizes
-from pipeline.models.bcm_cnn.variants import REGISTRY
+from pipeline.config import ModelConf, is_pow2, knob, require, store, validator
+from pipeline.models.bcm.config import check_block_sizes
 
 DATASETS = ("cifar10", "mnist", "digits")
 
@@ -29,19 +28,15 @@ class BcmCnnConf(ModelConf):
     test_limit: int = 0               # evaluate on the first N test images (0: all)
     eval_batch: int = 500
     min_accuracy: float = 0.0         # fail the run when a network's final test accuracy is below this
-    small: Optional[Dict[str, Any]] = None   # size=small (the CPU backend's preset): these model keys replace the
-                                             # ones above (an experiment's grid on a CPU); null: none
 
 
 
 store("model", "schema_bcm_cnn", BcmCnnConf)
-register_variants("bcm_cnn", REGISTRY)
 
 
 @validator("bcm_cnn")
 def _check(cfg) -> None:
     small = cfg.model.small or {}
-    check_small_keys(cfg, BcmCnnConf, "epochs, block_sizes, train_limit")
     _check_model(cfg)
     if small:      # the CPU preset's values pass the same checks, named model.small.<key>
         _check_model(OmegaConf.merge(cfg, {"model": OmegaConf.to_container(small)}), set(small))

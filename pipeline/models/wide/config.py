@@ -4,9 +4,9 @@ from typing import ClassVar, Dict, List, Optional
 
 from omegaconf import MISSING
 
-from pipeline.config import DatasetConf, ModelConf, is_pow2, knob, register_variants, require, store, validator
+from pipeline.config import DatasetConf, ModelConf, is_pow2, knob, require, store, validator
 from pipeline.data.ctr import FORMATS as CLICK_LOGS, layout_of   # criteo, avazu, csv: the click-log reader
-from pipeline.models.wide.variants import (FM, HOT_CACHE_SMEM_MAX, LR, caches_hot_accumulators, hot_cache_bytes,
+from pipeline.models.wide.variants import (HOT_CACHE_SMEM_MAX, caches_hot_accumulators, hot_cache_bytes,
                                            resolved_optimizer)
 
 UPDATES = ("chunk", "batch")
@@ -114,8 +114,6 @@ class WideDatasetConf(DatasetConf):
 
 store("model", "schema_wide", WideConf)
 store("dataset", "schema_wide_dataset", WideDatasetConf)
-register_variants("wide_lr", LR)
-register_variants("wide_fm", FM)
 
 
 def _check(cfg) -> None:

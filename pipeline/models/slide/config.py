@@ -1,13 +1,11 @@
 """Schema and checks for model=slide (SLIDE: LSH-sampled softmax training)."""
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Optional
-
-from omegaconf import OmegaConf
+from typing import ClassVar, Dict, List
 
 from pipeline.config.xc import check_xc_dataset
-from pipeline.config import ModelConf, check_small_keys, is_pow2, register_variants, require, store, validator
-from pipeline.models.slide.variants import HASHES, HIDDEN_MAX, HIDDEN_STEP, OPTIMIZERS, REGISTRY
+from pipeline.config import ModelConf, is_pow2, require, store, validator, with_small
+from pipeline.models.slide.variants import HASHES, HIDDEN_MAX, HIDDEN_STEP, OPTIMIZERS
 
 
 @dataclass
@@ -40,27 +38,16 @@ class SlideConf(ModelConf):
     eval_rows: int = 0            # test rows evaluated (0: all)
     topk: List[int] = field(default_factory=lambda: [1, 5])
     tolerance: float = 1e-3
-    small: Optional[Dict[str, Any]] = None   # size=small: these model keys replace the ones above (null: none)
-
-
-def effective(m, size: str):
-    """The model config a run uses: on size=small the keys of ``model.small`` replace the others."""
-    if size != "small" or not m.small:
-        return m
-    return OmegaConf.merge(m, {k: v for k, v in m.small.items()})
 
 
 store("model", "schema_slide", SlideConf)
-register_variants("slide", REGISTRY)
 
 
 @validator("slide")
 def _check(cfg) -> None:
-    check_small_keys(cfg, SlideConf, "K, L, min_active, lr")
     _check_model(cfg.model)
     if cfg.model.small:
-        _check_model(effective(cfg.model, "small"), set(cfg.model.small))
-    REGISTRY.check(cfg)
+        _check_model(with_small(cfg.model), set(cfg.model.small))
     check_xc_dataset(cfg, model="slide")
 
 

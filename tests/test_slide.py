@@ -568,16 +568,16 @@ def test_config_errors(compose, overrides, key):
 
 
 def test_defaults_compose_and_effective_small(compose):
-    from pipeline.config import validate
-    from pipeline.models.slide.config import effective
+    from pipeline.config import apply_small_preset, validate, with_small
     cfg = compose(["model=slide"])
     validate(cfg)
     assert cfg.dataset.name == "amazon670k" and cfg.kernel.name == "slide"
     m = cfg.model
     assert (m.K, m.L, m.bin_size, m.min_active, m.optimizer) == (6, 50, 8, 1500, "lazy_adam")
-    small = effective(m, "small")
-    assert small.K == m.small.K and small.L == m.small.L and small.hidden == 128
-    assert effective(m, "full") is m
+    small = with_small(m)
+    assert small.K == m.small.K and small.L == m.small.L and small.hidden == 128 and m.K == 6
+    line = apply_small_preset(cfg)
+    assert cfg.model.K == m.small.K and line.startswith("size=small: model K=4 L=20")
 
 
 @pytest.mark.slow
@@ -657,8 +657,7 @@ def test_cli_bad_config_one_line(cli):
 
 
 def test_small_preset_off(compose):
-    from pipeline.config import validate
-    from pipeline.models.slide.config import effective
+    from pipeline.config import apply_small_preset, validate, with_small
     cfg = compose(["model=slide", "model.small=null", "model.K=2"])
     validate(cfg)
-    assert effective(cfg.model, "small") is cfg.model and cfg.model.K == 2
+    assert with_small(cfg.model) is cfg.model and apply_small_preset(cfg) is None and cfg.model.K == 2

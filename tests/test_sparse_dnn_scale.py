@@ -258,7 +258,7 @@ def _fake_model(compose, tmp_path, monkeypatch, budget, extra=()):
     cfg = compose(["model=sparse_dnn", "kernel=snig", f"cache_dir={tmp_path}", "dataset.layers=4", "dataset.images=50",
                    f"model.budget_s={budget}", *extra])
     notices = []
-    ctx = types.SimpleNamespace(cuda=True, size="full", device=None, notice=notices.append, progress=None,
+    ctx = types.SimpleNamespace(cuda=True, backend="cuda", size="full", device=None, notice=notices.append, progress=None,
                                 sync=lambda: None)
     model = SparseDnnModel(cfg, ctx)
     model.prepare()

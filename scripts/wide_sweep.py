@@ -36,21 +36,23 @@ def _in_flight(inflight: int) -> str:
     return {16: "-halfbatch", 32: ""}.get(inflight, f"-{inflight // 32}batches")
 
 
-def warp(model, s, sh, hot=0, hc=0, wpb=0, inflight=32, prefetch=0, spread=False):
+def warp(model, s, sh, hot=0, hc=0, wpb=0, inflight=32, prefetch=0):
     """A design=warp setting (name, model overrides, knobs): samples per warp, shards (of the ``hot``
     most frequent rows), hot-row cache, warps per block, chunks in flight (32: one mini-batch of
-    1024), prefetch (0: the config's default), spread rows. Every knob is passed, so a change of the
-    config's defaults does not change what a setting measures; the name is made from the knobs."""
-    knobs = ["model.design=warp", f"model.warp_samples={s}", f"model.shards={sh}", f"model.spread={str(spread).lower()}",
-             f"model.hot_cache={hc}", f"model.inflight={inflight}"]
+    1024), prefetch (0: the config's default); the rows past the hot ones are spread over the table
+    (the trainer always does). Every knob of ``model.warp`` that sets the geometry is passed, so a
+    change of the config's defaults does not change what a setting measures; the name is made from
+    the knobs."""
+    knobs = ["model.design=warp", f"model.warp.samples={s}", f"model.warp.shards={sh}",
+             f"model.warp.hot_cache={hc}", f"model.inflight={inflight}"]
     name = f"{model[0]}-warp-s{s}-sh{sh}"
     for key, tag, val in (("shard_hot", "h", hot), (None, "hc", hc), ("warps_per_block", "wpb", wpb),
                           ("prefetch", "pf", prefetch)):
         if val:
             name += f"-{tag}{val}"
             if key:
-                knobs.append(f"model.{key}={val}")
-    name += ("-spread" if spread else "") + _in_flight(inflight)
+                knobs.append(f"model.warp.{key}={val}")
+    name += _in_flight(inflight)
     return name, model[1], knobs
 
 
@@ -70,28 +72,26 @@ LRM, FMM = ("lr", LR), ("fm", FM)
 SETTINGS = [
     default(LRM), default(FMM), chunk(LRM),
     warp(LRM, 1, 8, hot=256), warp(LRM, 1, 1), warp(LRM, 1, 16, hot=1024), warp(LRM, 2, 8, hot=256),
-    warp(LRM, 4, 8, hot=256), warp(LRM, 1, 8, hot=256, prefetch=1), warp(LRM, 1, 8, hot=256, inflight=16),
+    warp(LRM, 4, 8, hot=256), warp(LRM, 4, 8, hot=64), warp(LRM, 1, 8, hot=256, prefetch=1),
+    warp(LRM, 1, 8, hot=256, inflight=16),
     warp(LRM, 4, 8, hot=256, hc=256), warp(LRM, 4, 1, hc=256), warp(LRM, 4, 8, hot=1024, hc=1024),
     warp(LRM, 4, 8, hot=256, hc=256, wpb=4), warp(LRM, 8, 8, hot=256, hc=256),
     warp(LRM, 4, 8, hot=256, hc=256, inflight=256), warp(LRM, 4, 8, hot=256, inflight=256),
-    warp(LRM, 4, 8, hot=256, spread=True), warp(LRM, 4, 8, hot=256, hc=256, spread=True),
-    warp(LRM, 4, 8, hot=256, hc=256, wpb=4, spread=True), warp(LRM, 4, 1, hc=256, spread=True),
-    warp(LRM, 4, 8, hot=64, spread=True), warp(LRM, 2, 8, hot=256, spread=True),
-    warp(LRM, 4, 8, hot=256, inflight=64, spread=True),
-    warp(LRM, 4, 8, hot=256, hc=256, wpb=4, inflight=64, spread=True),
-    warp(LRM, 4, 8, hot=256, hc=256, wpb=8, inflight=64, spread=True),
-    warp(LRM, 4, 8, hot=1024, hc=1024, wpb=4, inflight=64, spread=True),
+    warp(LRM, 4, 8, hot=256, inflight=64),
+    warp(LRM, 4, 8, hot=256, hc=256, wpb=4, inflight=64),
+    warp(LRM, 4, 8, hot=256, hc=256, wpb=8, inflight=64),
+    warp(LRM, 4, 8, hot=1024, hc=1024, wpb=4, inflight=64),
     # the hot rows cached and not sharded: a block reloads HC rows a step instead of HC x shards
-    warp(LRM, 4, 1, hc=256, wpb=4, inflight=64, spread=True), warp(LRM, 4, 1, hc=1024, wpb=4, inflight=64, spread=True),
-    warp(LRM, 4, 1, hc=256, wpb=8, inflight=128, spread=True),
-    warp(LRM, 4, 8, hot=256, hc=256, wpb=8, inflight=128, spread=True),
+    warp(LRM, 4, 1, hc=256, wpb=4, inflight=64), warp(LRM, 4, 1, hc=1024, wpb=4, inflight=64),
+    warp(LRM, 4, 1, hc=256, wpb=8, inflight=128),
+    warp(LRM, 4, 8, hot=256, hc=256, wpb=8, inflight=128),
     chunk(FMM),
     warp(FMM, 1, 4, hot=32), warp(FMM, 1, 1), warp(FMM, 1, 8, hot=16), warp(FMM, 2, 4, hot=32),
-    warp(FMM, 4, 4, hot=32), warp(FMM, 4, 4, hot=32, hc=32), warp(FMM, 4, 4, hot=32, spread=True),
-    warp(FMM, 4, 4, hot=32, hc=32, spread=True), warp(FMM, 2, 4, hot=32, spread=True),
-    warp(FMM, 4, 4, hot=32, hc=32, wpb=4, inflight=64, spread=True), warp(FMM, 4, 4, hot=32, inflight=64, spread=True),
+    warp(FMM, 4, 4, hot=32), warp(FMM, 4, 4, hot=32, hc=32),
+    warp(FMM, 4, 4, hot=32, hc=32, wpb=4, inflight=64), warp(FMM, 4, 4, hot=32, inflight=64),
     warp(FMM, 4, 4, hot=128, hc=128),
 ]
+assert len({name for name, _, _ in SETTINGS}) == len(SETTINGS), "two settings of one name"
 QUICK = ("lr-chunk", "lr-warp-s1-sh8-h256", "fm-chunk", "fm-warp-s1-sh4-h32")
 
 

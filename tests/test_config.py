@@ -413,3 +413,15 @@ def test_every_model_package_has_a_suite_and_suite_files_are_checked(tmp_path):
     assert suite.load(ok).bench == [["model=bcm", "block_size=16", "model.layers=[A,B]"]]
     with pytest.raises(ConfigError, match="no suite nope"):
         suite.load_all(["nope"])
+
+
+def test_an_unknown_key_of_a_nested_schema_is_named():
+    """``model.warp.bogus=1`` (no ``+``): Hydra's refusal names the nested schema class; the one line
+    names the key and the nested schema's known keys."""
+    from pipeline.app import _unknown_key
+    from pipeline.models import register_all
+    register_all()
+    text = "Could not override 'model.warp.bogus'.\nKey 'bogus' not in 'WarpConf'\n    full_key: model.warp.bogus"
+    assert _unknown_key(text).startswith("model.warp.bogus is not a known key in model.warp; known keys: samples,")
+    text = "Could not override 'dataset.layout.sepp'.\nKey 'sepp' not in 'LayoutConf'"
+    assert _unknown_key(text) == "dataset.layout.sepp is not a known key in dataset.layout: did you mean dataset.layout.sep?"

@@ -26,18 +26,12 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 
 # Define sets the models compile with, beside the files' own defaults (what a run of each model
 # passes to kernels.load: LR with the hot-row cache and two samples a warp, FM without the cache;
-# model.optimizer=adagrad with the warp-aggregated accumulator atomics and without).
+# model.optimizer=adagrad for LR with the hot rows' accumulators cached, and for FM).
 DEFINES = {
     "cuda/wide/wide.cu": [{"K": 0, "C": 32, "H": 256, "HC": 256, "WS": 2},
                           {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 1},
-                          {"K": 0, "C": 32, "H": 256, "HC": 256, "WS": 2, "NSH": 8, "HSH": 256, "OPT": 1,
-                           "ADA_AGG": 1},
-                          {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 4, "NSH": 4, "HSH": 32, "OPT": 1,
-                           "ADA_AGG": 1},
-                          {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 4, "NSH": 4, "HSH": 32, "OPT": 1,
-                           "ADA_AGG": 0},
-                          {"K": 0, "C": 32, "H": 256, "HC": 256, "WS": 2, "NSH": 8, "HSH": 256, "OPT": 1,
-                           "ADA_AGG": 0, "ADA_ISSUE": 1}],
+                          {"K": 0, "WS": 2, "NSH": 8, "HSH": 256, "HC": 256, "OPT": 1, "AHC": 1, "AQ": 26, "HQ": 31},
+                          {"K": 10, "C": 32, "H": 256, "HC": 0, "WS": 4, "NSH": 4, "HSH": 32, "OPT": 1}],
 }
 BUILDS = [(src, None) for src in SOURCES] + \
          [(src, d) for src, sets in DEFINES.items() if src in SOURCES for d in sets]
@@ -113,32 +107,6 @@ def test_kernel_launch_argument_checks():
         k((1,), (1,), Dev(), Dev(), 7)
     with pytest.raises(TypeError, match="expected 4 arguments, got 5"):
         k((1,), (1,), Dev(), Dev(), 7, 1.0, 9)
-
-
-def test_kernel_prefer_carveout(monkeypatch):
-    """prefer_carveout sets the function's preferred shared-memory carveout; a negative share sets nothing."""
-    import sys
-    import types
-    from pipeline.gpu import kernels
-
-    attr = types.SimpleNamespace(PREFERRED_SHARED_MEMORY_CARVEOUT="carveout-attribute")
-    monkeypatch.setitem(sys.modules, "pycuda", types.ModuleType("pycuda"))
-    monkeypatch.setitem(sys.modules, "pycuda.driver", types.SimpleNamespace(function_attribute=attr))
-
-    class Fn:
-        def __init__(self):
-            self.calls = []
-
-        def set_attribute(self, a, v):
-            self.calls.append((a, v))
-
-    fn = Fn()
-    k = kernels.Kernel(fn, "flow_warp", "P")
-    k.prefer_carveout(-1)
-    assert fn.calls == []
-    k.prefer_carveout(0)
-    k.prefer_carveout(100)
-    assert fn.calls == [("carveout-attribute", 0), ("carveout-attribute", 100)]
 
 
 def test_kernel_source_missing_is_a_gpu_error():

@@ -367,10 +367,10 @@ def test_warp_kernel_on_host_steps_the_bias_by_its_adagrad_step(monkeypatch, tmp
     X.data = np.random.default_rng(2).uniform(0.5, 2.0, X.nnz).astype(np.float32)
     y = (np.random.default_rng(3).random(len(y)) < 0.05).astype(np.float32)       # rare positives: bias step 5.3 lr
     data = prep.from_arrays(prep.build_arrays(X[:-200], y[:-200], X[-200:], y[-200:], 1, 16, 0), 1, 16)
-    mc = OmegaConf.create(dict(k=0, lr=0.5, batch_size=256, replicas=4, update="chunk", design="warp", warp_samples=1,
-                               edges_per_lane=0, inflight=1, warps_per_block=0, shards=4, shard_hot=64, chunk=1,
-                               prefetch=0, hot_cache=0, spread=True, optimizer="auto", adagrad_lr=0.05,
-                               adagrad_init=0.01))
+    mc = OmegaConf.create(dict(k=0, lr=0.5, batch_size=256, replicas=4, update="chunk", design="warp", inflight=1,
+                               chunk=1, warp=dict(samples=1, warps_per_block=0, edges_per_lane=0, shards=4,
+                                                  shard_hot=64, prefetch=0, hot_cache=0),
+                               optimizer="auto", adagrad_lr=0.05, adagrad_init=0.01))
     bias_lr = ref.adagrad_bias_lr(0.5, data.ytr)
     assert bias_lr > 4 * 0.5
     tr = gpu.FlowWarpTrainer(data, mc, types.SimpleNamespace(device=types.SimpleNamespace(sm_count=132)), opt, bias_lr)

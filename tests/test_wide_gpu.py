@@ -74,14 +74,14 @@ def test_one_epoch_fixed_order_equals_reference(compose, tmp_path, model, k, ds,
 
 
 WARP_CASES = [("wide_lr", 0, "a9a"), ("wide_fm", 3, "a9a"), ("wide_lr", 0, "ctr_synth"), ("wide_fm", 10, "ctr_synth")]
-WARP_KNOBS = {"s1_sh8": ["model.warp_samples=1", "model.shards=8", "model.shard_hot=64", "model.spread=false"],
-              "s4_sh1": ["model.warp_samples=4", "model.shards=1"],
-              "s2_epl1": ["model.warp_samples=2", "model.edges_per_lane=1", "model.shards=4", "model.shard_hot=16"],
-              "s4_hc64": ["model.warp_samples=4", "model.shards=4", "model.shard_hot=32", "model.hot_cache=64",
-                          "model.warps_per_block=4"],
-              "s2_hc64_bpf": ["model.warp_samples=2", "model.shards=8", "model.shard_hot=64", "model.hot_cache=64",
-                              "model.warps_per_block=4", "model.prefetch_bias=true"],
-              "s4_sh1_co0": ["model.warp_samples=4", "model.shards=1", "model.carveout=0"]}
+WARP_KNOBS = {"s1_sh8": ["model.warp.samples=1", "model.warp.shards=8", "model.warp.shard_hot=64"],
+              "s4_sh1": ["model.warp.samples=4", "model.warp.shards=1"],
+              "s2_epl1": ["model.warp.samples=2", "model.warp.edges_per_lane=1", "model.warp.shards=4",
+                          "model.warp.shard_hot=16"],
+              "s4_hc64": ["model.warp.samples=4", "model.warp.shards=4", "model.warp.shard_hot=32",
+                          "model.warp.hot_cache=64", "model.warp.warps_per_block=4"],
+              "s2_hc64": ["model.warp.samples=2", "model.warp.shards=8", "model.warp.shard_hot=64",
+                          "model.warp.hot_cache=64", "model.warp.warps_per_block=4"]}
 
 
 def spread_over_shards(tr):
@@ -125,12 +125,12 @@ def test_warp_one_epoch_batch_equals_reference(compose, tmp_path, model, k, ds, 
 @pytest.mark.parametrize("model,k,ds", WARP_CASES)
 def test_warp_chunk_one_warp_equals_reference(compose, tmp_path, model, k, ds, hc):
     """design=warp, update=chunk with one warp in flight training a whole chunk per step (chunk =
-    warp_samples = 4, inflight = 1): strictly sequential chunk steps, i.e. the reference's
+    warp.samples = 4, inflight = 1): strictly sequential chunk steps, i.e. the reference's
     update=chunk (each chunk applies lr x gradient sum / (batch_size // chunk x chunk))."""
     from pipeline.models.wide import gpu
     ov = [f"model={model}", f"dataset={ds}", "size=small", "batch_size=256", "model.update=chunk",
-          "model.shuffle=false", "model.design=warp", "model.chunk=4", "model.warp_samples=4",
-          "model.inflight=1", "model.shards=4", "model.shard_hot=16", f"model.hot_cache={hc}"]
+          "model.shuffle=false", "model.design=warp", "model.chunk=4", "model.warp.samples=4",
+          "model.inflight=1", "model.warp.shards=4", "model.warp.shard_hot=16", f"model.warp.hot_cache={hc}"]
     if k:
         ov.append(f"model.k={k}")
     cfg, ctx, data = make(compose, tmp_path, ov)
@@ -152,28 +152,26 @@ def test_warp_chunk_one_warp_equals_reference(compose, tmp_path, model, k, ds, h
     assert abs(loss * data.n / n_rows - want_loss) <= 1e-5
 
 
-@pytest.mark.parametrize("hc,ahc", [(0, True), (16, True), (16, False)])
-@pytest.mark.parametrize("model,k,ds,issue", [(*c, False) for c in WARP_CASES] + [(*c, True) for c in WARP_CASES if not c[1]])
-def test_warp_adagrad_one_sample_in_flight_equals_reference(compose, tmp_path, model, k, ds, hc, ahc, issue):
-    """model.optimizer=adagrad, one warp training one sample a step (chunk = warp_samples = 1,
+@pytest.mark.parametrize("hc", [0, 16])
+@pytest.mark.parametrize("model,k,ds", WARP_CASES)
+def test_warp_adagrad_one_sample_in_flight_equals_reference(compose, tmp_path, model, k, ds, hc):
+    """model.optimizer=adagrad, one warp training one sample a step (chunk = warp.samples = 1,
     inflight = 1): the accumulators' atomics see every earlier square, so the epoch equals the
     reference's AdaGrad steps (fixed order) to 1e-5, with the hot rows sharded, with and without
-    the hot-row cache; with it, LR's cached rows' accumulators in the block's shared memory
-    (model.adagrad_hot_cache: one block, B = 1, so the same normalisation; its squares in fixed point)
-    or global; LR also with model.adagrad_issue_first (a lane's atomics issued before their steps)."""
+    the hot-row cache; with it, LR's cached rows' accumulators in the block's shared memory (one
+    block, B = 1, so the same normalisation; its squares in fixed point), FM's global."""
     from pipeline.models.wide import gpu
     ov = [f"model={model}", f"dataset={ds}", "size=small", "batch_size=256", "model.update=chunk",
-          "model.shuffle=false", "model.design=warp", "model.chunk=1", "model.warp_samples=1",
-          "model.inflight=1", "model.shards=4", "model.shard_hot=16", f"model.hot_cache={hc}",
-          "model.optimizer=adagrad", f"model.adagrad_issue_first={str(issue).lower()}",
-          f"model.adagrad_hot_cache={str(ahc).lower()}"]
+          "model.shuffle=false", "model.design=warp", "model.chunk=1", "model.warp.samples=1",
+          "model.inflight=1", "model.warp.shards=4", "model.warp.shard_hot=16", f"model.warp.hot_cache={hc}",
+          "model.optimizer=adagrad"]
     if k:
         ov.append(f"model.k={k}")
     cfg, ctx, data = make(compose, tmp_path, ov)
     m = cfg.model
     tr = gpu.FlowWarpTrainer(data, m, ctx)
-    assert tr.geo["nw"] == 1 and tr.adagrad and tr.geo["ADA_ISSUE"] == int(issue)
-    assert tr.geo["AHC"] == int(ahc and hc > 0 and k == 0)
+    assert tr.geo["nw"] == 1 and tr.adagrad
+    assert tr.geo["AHC"] == int(hc > 0 and k == 0)
     order = np.arange(min(data.n_chunks, 3000), dtype=np.int32)     # 3000 sequential samples
     p0 = random_params(data, k, 7)
     tr.set_params(p0)
@@ -195,66 +193,17 @@ def test_warp_adagrad_one_sample_in_flight_equals_reference(compose, tmp_path, m
     assert abs(loss * data.n / n_rows - want_loss) <= 1e-5
 
 
-@pytest.mark.parametrize("model,k,ds", [("wide_lr", 0, "a9a"), ("wide_fm", 3, "a9a"), ("wide_lr", 0, "ctr_synth")])
-def test_warp_adagrad_aggregated_one_warp_four_samples_equals_lane_order(compose, tmp_path, model, k, ds):
-    """model.optimizer=adagrad with model.adagrad_aggregate=true, one warp training 4 samples a
-    step (chunk = warp_samples = 4, inflight = 1): lanes of the warp updating the same accumulator share
-    one returning atomic and offset its result by the squares of the group's lanes before them, so the
-    epoch equals reference.warp_adagrad_epoch (the squares in call order, lanes in lane order) to 1e-5,
-    with the hot rows sharded."""
-    from pipeline.models.wide import gpu
-    ov = [f"model={model}", f"dataset={ds}", "size=small", "batch_size=256", "model.update=chunk",
-          "model.shuffle=false", "model.design=warp", "model.chunk=4", "model.warp_samples=4",
-          "model.inflight=1", "model.shards=4", "model.shard_hot=16", "model.hot_cache=0",
-          "model.optimizer=adagrad", "model.adagrad_aggregate=true"]
-    if k:
-        ov.append(f"model.k={k}")
-    cfg, ctx, data = make(compose, tmp_path, ov)
-    m = cfg.model
-    tr = gpu.FlowWarpTrainer(data, m, ctx)
-    assert tr.geo["nw"] == 1 and tr.adagrad and tr.geo["ADA_AGG"] == 1
-    lens = np.diff(data.Xtr.indptr)
-    assert not k or lens.max() <= tr.geo["WG"] * tr.geo["WEPL"]      # FM: no tail edge (read when applied)
-    order = np.arange(min(data.n_chunks, 750), dtype=np.int32)      # 3000 samples, 750 sequential steps
-    p0 = random_params(data, k, 8)
-    tr.set_params(p0)
-    loss, _ = tr.epoch(order)
-    q = p0.astype(np.float64)
-    acc = ref.init_accumulator(data.d, k, float(m.adagrad_init))
-    steps = [[r for r in range(4 * int(c), 4 * int(c) + 4) if r < data.n] for c in order]
-    want_lsum, groups, largest = ref.warp_adagrad_epoch(data.Xtr, data.ytr, q, acc, steps, tr.geo["WG"],
-                                                        -float(m.lr) / 256, float(m.adagrad_lr))
-    err = maxdiff(tr.params(), q)
-    got_acc = tr.accumulators()
-    aerr = float(np.max(np.abs(got_acc.w - acc.w) / np.maximum(1.0, acc.w)))
-    if k:
-        aerr = max(aerr, float(np.max(np.abs(got_acc.V - acc.V) / np.maximum(1.0, acc.V))))
-    print(f"adagrad aggregated, one warp x 4 samples, {model} k={k} {ds}: {groups} shared rows (up to {largest} "
-          f"lanes), max |param - emulation| = {err:.2e}, accumulators {aerr:.2e} (relative), "
-          f"loss sum {loss * data.n:.6f} vs {want_lsum:.6f}")
-    assert groups > 100 and largest >= 3
-    assert float(np.max(np.abs(q.w - p0.w))) > 1e-3
-    assert err <= 1e-5              # a wrong prefix changes the steps: caught here
-    # The accumulators are float32 sums of up to ~3000 squares each (float64 in the emulation), added
-    # in another association than one lane at a time (a group's squares are summed before its atomic):
-    # rounding of order sqrt(n) u ~ 4e-6 relative, worst case n u ~ 2e-4 (FM k=3 measured 1.2e-5 on an
-    # H200). A prefix error leaves the final sums unchanged (the leader adds the group's total), so this
-    # bound checks the accumulation, not the prefix.
-    assert aerr <= 5e-5
-    assert abs(loss * data.n - want_lsum) <= 1e-5 * sum(len(s) for s in steps)
-
-
-# With the hot-row cache a cached coordinate's step is normalised by the accumulator as of the step start +
-# its block's squares of the step + the other blocks' squares of the last step (model.adagrad_hot_cache, the
-# LR default; "the blocks in flight x its block's squares" ended 0.0047 above at 16 in flight, H100). A
-# block-local copy without that scale once made flow end at 0.552 / 1.127 at 1 / 4 mini-batches in flight
-# against the reference's 0.543 (H200, 2026-11-25); model.adagrad_hot_cache=false keeps them global.
+# With the hot-row cache (LR) a cached coordinate's step is normalised by the accumulator as of the step
+# start + its block's squares of the step + the other blocks' squares of the last step ("the blocks in
+# flight x its block's squares" ended 0.0047 above at 16 in flight, H100). A block-local copy without
+# that scale once made flow end at 0.552 / 1.127 at 1 / 4 mini-batches in flight against the reference's
+# 0.543 (H200, 2026-11-25). Without the cache (model.warp.hot_cache=0) every accumulator is global.
 @pytest.mark.parametrize("batches,extra", [(1, []), (2, []), (4, []), (8, []), (16, []),
-                                           (4, ["model.adagrad_hot_cache=false"])])
+                                           (4, ["model.warp.hot_cache=0"])])
 def test_adagrad_final_val_loss_within_0003_of_cpu(cli, batches, extra):
     """model.optimizer=adagrad with 1, 2, 4, 8, 16 mini-batches of samples in flight (asynchronous): the
     final validation loss of flow within 0.003 of the sequential reference (cpu, the same AdaGrad), with
-    the hot rows' accumulators cached (the default) and at 4 in flight also global."""
+    the hot rows' accumulators cached (the default) and at 4 in flight without the hot-row cache."""
     r = cli("model=wide_lr", "dataset=ctr_synth", "dataset.scale=0.02", "backend=cuda", "epochs=5",
             "batch_size=1024", "model.baselines=[cpu]", "model.optimizer=adagrad", "model.adagrad_lr=0.02",
             "model.adagrad_bias=lr", "model.bias_init=zero", "model.keep_best=false",
@@ -274,11 +223,11 @@ def test_adagrad_final_val_loss_within_0003_of_cpu(cli, batches, extra):
     ("wide_lr", "a9a", ["model.design=warp"]),
     ("wide_fm", "a9a", ["model.k=3", "model.design=warp"]),
     ("wide_lr", "ctr_synth", ["dataset.scale=0.02", "model.design=warp"]),
-    ("wide_lr", "ctr_synth", ["dataset.scale=0.02", "model.design=warp", "model.warp_samples=4"]),
-    ("wide_lr", "ctr_synth", ["dataset.scale=0.02", "model.design=warp", "model.shards=1"]),
+    ("wide_lr", "ctr_synth", ["dataset.scale=0.02", "model.design=warp", "model.warp.samples=4"]),
+    ("wide_lr", "ctr_synth", ["dataset.scale=0.02", "model.design=warp", "model.warp.shards=1"]),
     ("wide_fm", "ctr_synth", ["dataset.scale=0.02", "model.k=10", "model.design=warp"]),
-    ("wide_fm", "ctr_synth", ["dataset.scale=0.02", "model.k=10", "model.design=warp", "model.warp_samples=2",
-                              "model.shards=8", "model.shard_hot=16"]),
+    ("wide_fm", "ctr_synth", ["dataset.scale=0.02", "model.k=10", "model.design=warp", "model.warp.samples=2",
+                              "model.warp.shards=8", "model.warp.shard_hot=16"]),
     ("wide_lr", "a9a", ["model.update=batch", "model.design=warp"]),
 ])
 def test_final_val_loss_within_0003_of_cpu(cli, model, ds, extra):
@@ -291,18 +240,18 @@ def test_final_val_loss_within_0003_of_cpu(cli, model, ds, extra):
 def test_block_larger_than_the_kernel_allows_is_a_config_error(cli):
     # FM k=10 keeps its sample's rows in registers (over 64 a thread): 32 warps a block cannot launch
     r = cli("model=wide_fm", "dataset=ctr_synth", "dataset.scale=0.02", "model.k=10", "backend=cuda", "epochs=1",
-            "model.baselines=[]", "model.warp_samples=2", "model.warps_per_block=32", timeout=300)
+            "model.baselines=[]", "model.warp.samples=2", "model.warp.warps_per_block=32", timeout=300)
     out = r.stdout + r.stderr
     print(out[-2000:])
     assert r.returncode == 2
-    assert "model.warps_per_block=32" in out and "LaunchError" not in out
+    assert "model.warp.warps_per_block=32" in out and "LaunchError" not in out
 
 
 @pytest.mark.parametrize("variant,knobs,tol", [
-    ("flow", ["model.chunk=4", "model.warp_samples=4", "model.shards=1"], 1e-6),
-    ("flow", ["model.chunk=4", "model.warp_samples=4", "model.shards=4", "model.shard_hot=16", "model.hot_cache=16"],
-     1e-6),
-    ("flow", ["model.chunk=1", "model.warp_samples=1", "model.shards=4", "model.shard_hot=16",
+    ("flow", ["model.chunk=4", "model.warp.samples=4", "model.warp.shards=1"], 1e-6),
+    ("flow", ["model.chunk=4", "model.warp.samples=4", "model.warp.shards=4", "model.warp.shard_hot=16",
+              "model.warp.hot_cache=16"], 1e-6),
+    ("flow", ["model.chunk=1", "model.warp.samples=1", "model.warp.shards=4", "model.warp.shard_hot=16",
               "model.optimizer=adagrad"], 1e-6),
     ("stage", [], 1e-5)])        # stage: float atomics sum each mini-batch's gradient in no fixed order
 def test_evals_per_epoch_four_slices_end_as_one_pass(compose, tmp_path, variant, knobs, tol):

@@ -322,9 +322,12 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 // into shard gw % NSH, readers sum the shards (the host folds them between epochs), so the same-line
 // atomics of the hottest features are spread over NSH lines without delaying any update.
 //
-// Compile-time defines: WS (samples per warp step, power of two <= 32), WEPL (edges per lane held in
-// registers; longer rows go through a tail loop), NSH (shards, 1 = none), HSH (sharded features), WPF
-// (prefetch distance of the edges in steps: a step can be shorter than a DRAM round trip).
+// Compile-time defines, set by the host (gpu.warp_geometry) from model.warp and the data: WS
+// (model.warp.samples: samples per warp step, power of two <= 32), WEPL (model.warp.edges_per_lane:
+// edges per lane held in registers; longer rows go through a tail loop), NSH (model.warp.shards, 1 =
+// none), HSH (model.warp.shard_hot: sharded features), WPF (model.warp.prefetch: prefetch distance of
+// the edges in steps, a step can be shorter than a DRAM round trip), HC (model.warp.hot_cache), OPT
+// (model.optimizer), and HQ, AHC, AQ (derived: see below).
 #ifndef WS
 #define WS 1
 #endif
@@ -346,18 +349,6 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 #ifndef OPT
 #define OPT 0                                         // optimiser of w and V: 0 SGD, 1 AdaGrad (the bias: SGD)
 #endif
-#ifndef ADA_AGG
-#define ADA_AGG 0                                     // AdaGrad: warp-aggregated accumulator atomics (0: one per lane)
-#endif
-#ifndef ADA_ISSUE
-#define ADA_ISSUE 0                                   // AdaGrad, LR, per lane: a lane's accumulator atomics issued before their steps
-#endif
-#ifndef BPF
-#define BPF 0                                         // design=warp: the bias shards read before the step boundary
-#endif
-#ifndef BC
-#define BC (HC > 0)                                   // the bias in the hot-row cache (see PB)
-#endif
 #ifndef HQ
 #define HQ 0                                          // LR, hot-row cache: the step gradient in fixed point (see GHQ)
 #endif
@@ -372,24 +363,17 @@ extern "C" __global__ void stage_apply(const int* __restrict__ order, int n_chun
 #define BST 32                                        // float stride of the bias shards (own lines)
 #define SHARDED (NSH > 1 && HSH > 0)
 #define CACHED (HC > 0)
-#define AGG (OPT && ADA_AGG)                          // the apply's control flow is warp-uniform (see ada_steps)
-#define LANES_ALL 0xffffffffu                         // mask of a warp's 32 lanes
+#define BC CACHED                                     // the bias in the hot-row cache (see PB)
 
 static_assert(WS >= 1 && WS <= 32 && (WS & (WS - 1)) == 0, "WS: a power of two <= 32");
 static_assert(C % WS == 0, "C must be a multiple of WS");
 static_assert(WPF >= 1 && WPF <= 4, "WPF: 1..4");
 static_assert(OPT == 0 || OPT == 1, "OPT: 0 (SGD) or 1 (AdaGrad)");
-static_assert(ADA_AGG == 0 || ADA_AGG == 1, "ADA_AGG: 0 (an accumulator atomic per lane) or 1 (per warp and row)");
-static_assert(ADA_ISSUE == 0 || ADA_ISSUE == 1, "ADA_ISSUE: 0 or 1");
-static_assert(BPF == 0 || BPF == 1, "BPF: 0 or 1");
-static_assert(BC == 0 || (BC == 1 && HC > 0), "BC: 0, or 1 with the hot-row cache");
 static_assert(HQ >= 0 && HQ <= 60, "HQ: 0 (float) or the fixed-point exponent, <= 60");
 static_assert(AHC == 0 || AHC == 1, "AHC: 0 or 1");
 static_assert(AQ >= 0 && AQ <= 60, "AQ: 0 (float) or the fixed-point exponent, <= 60");
-static_assert(AHC == 0 || (OPT == 1 && K == 0 && HC > 0 && ADA_AGG == 0),
-              "AHC: AdaGrad, LR, the hot-row cache, per-lane atomics (variants.caches_hot_accumulators)");
-#define ISSUE (OPT && !ADA_AGG && ADA_ISSUE && K == 0)   // see warp_apply
-#define ITB 4                                         // ISSUE: tail edges a lane takes at a time
+static_assert(AHC == 0 || (OPT == 1 && K == 0 && HC > 0),
+              "AHC: AdaGrad, LR, the hot-row cache (variants.caches_hot_accumulators)");
 
 // Hot-row cache (HC > 0; the paper's importance-based model caching): a block holds the packed rows
 // of features 0..HC-1 in shared memory, PH (the model, shards summed) and GH (the block's gradient
@@ -406,7 +390,7 @@ static_assert(AHC == 0 || (OPT == 1 && K == 0 && HC > 0 && ADA_AGG == 0),
 // atomic + an estimate of the other blocks' squares of the step: what they added in the last step
 // (DA, measured at the boundary), or in the launch's first step (B - 1) x the block's own, B the
 // blocks in flight. A block-local copy without the other blocks' share let B blocks step a hot
-// coordinate up to sqrt(B) times too far in the first steps (docs/models/wide.md); scaling the
+// coordinate up to sqrt(B) times too far in the first steps (docs/journal/wide.md); scaling the
 // block's own squares by B in every step made a coordinate one sample of a block touches step too
 // little (a final loss 0.0047 above the reference at 16 mini-batches in flight, H100). With one block
 // (B = 1) the normalisation is the sequential one.
@@ -532,61 +516,6 @@ __device__ __forceinline__ float ada_add(float* A, float* Ash, int f, int q, int
 __device__ __forceinline__ float ada_step(float* A, float* Ash, int f, int q, int rs, float gg, float ascale) {
     return ada_finish(A, Ash, f, q, rs, ada_add(A, Ash, f, q, rs, gg * gg), gg, ascale);
 }
-
-#if AGG
-__device__ __forceinline__ int warp_max(int v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    return (int)__reduce_max_sync(LANES_ALL, (unsigned)v);
-#else
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(LANES_ALL, v, o));
-    return v;
-#endif
-}
-
-// Warp-aggregated AdaGrad (ADA_AGG = 1): the steps of components 0..NC-1 of feature f's row, the
-// per-sample gradients g[] replaced by their steps. All 32 lanes call it (ok = false: the lane has no
-// edge here, it gets zeros), so the warp-wide intrinsics see every lane. The samples of a warp share
-// their hot features, so several lanes may update the same accumulator row at once (the same f: the
-// shard rs is the warp's); such a group's lowest lane adds the group's squares by one returning
-// atomic per component, and each lane takes old + the squares of the group's lanes up to itself
-// (lane order): what the lanes' own atomics, issued one after another in lane order, return (up to
-// rounding), so a step still sees every square issued before it. When no two lanes share a row (the
-// usual case off the hot features) each lane issues its own atomic, as with ADA_AGG = 0.
-template <int NC>
-__device__ __forceinline__ void ada_steps(float* A, float* Ash, int f, int rs, float* g, float ascale, bool ok) {
-    const int lane = threadIdx.x & 31;
-    const unsigned grp = __match_any_sync(LANES_ALL, ok ? f : -1);     // lanes without an edge: one group
-    const int most = warp_max(ok ? __popc(grp) : 1);                    // the warp's largest group
-    if (most == 1) {
-#pragma unroll
-        for (int q = 0; q < NC; q++) g[q] = ok ? ada_step(A, Ash, f, q, rs, g[q], ascale) : 0.f;
-        return;
-    }
-    float* a = dst_row(A, Ash, f, rs);
-    const int leader = __ffs(grp) - 1, last = 31 - __clz(grp);
-    const unsigned upto = grp & (LANES_ALL >> (31 - lane));            // the group's lanes <= this one
-#pragma unroll
-    for (int q = 0; q < NC; q++) {
-        const float sq = g[q] * g[q];
-        float pre = 0.f;                         // inclusive prefix: the squares of the lanes of upto, in lane order
-        unsigned m = ok ? upto : 0u;             // the lanes of upto not added yet
-        for (int it = 0; it < most; it++) {      // a warp-uniform trip count: every lane shuffles each time
-            const int l = m ? __ffs(m) - 1 : lane;
-            const float s = __shfl_sync(LANES_ALL, sq, l);
-            if (m) {
-                pre += s;
-                m &= m - 1;
-            }
-        }
-        const float sum = __shfl_sync(LANES_ALL, pre, last);           // the group's squares
-        float old = 0.f;
-        if (ok && lane == leader) old = atomicAdd(a + q, sum);
-        old = __shfl_sync(LANES_ALL, old, leader);
-        g[q] = ok ? ada_finish(A, Ash, f, q, rs, old + pre, g[q], ascale) : 0.f;
-    }
-}
-#endif
 
 // LR: the gradient of one edge (the block's cache for a hot feature, else the row or its shard)
 __device__ __forceinline__ void red_w(float* T, float* Tsh, int f, int rs, float g) {
@@ -729,20 +658,16 @@ __device__ __forceinline__ void accumulate(const float* p, float x, float& lin, 
 
 // FM: row of feature f (or its shard rs) += g * (x, x a2_q - v_q x^2): KP / 4 vector REDs (sm_90),
 // scalar atomics before Hopper; f < HC: scalar shared-memory atomics into the block's GH row instead
-// (AdaGrad: g is the sample's delta, and each component becomes its ada_step; ADA_AGG: called by
-// every lane, ok = the lane has an edge, whose components go through ada_steps)
+// (AdaGrad: g is the sample's delta, and each component becomes its ada_step)
 __device__ __forceinline__ void red_row(float* T, float* Tsh, int f, int rs, const float* p, float x, float g,
-                                        const float* a2, float* A, float* Ash, float ascale, bool ok) {
+                                        const float* a2, float* A, float* Ash, float ascale) {
     float gr[KP];
     gr[0] = g * x;
 #pragma unroll
     for (int q = 0; q < K; q++) gr[1 + q] = g * (x * a2[q] - p[1 + q] * x * x);
 #pragma unroll
     for (int q = 1 + K; q < KP; q++) gr[q] = 0.f;
-#if AGG
-    ada_steps<1 + K>(A, Ash, f, rs, gr, ascale, ok);
-    if (!ok) return;
-#elif OPT
+#if OPT
 #pragma unroll
     for (int q = 0; q < 1 + K; q++) gr[q] = ada_step(A, Ash, f, q, rs, gr[q], ascale);
 #endif
@@ -791,75 +716,19 @@ __device__ __forceinline__ void gather_rows(ROW* p, const int* cf, const float* 
     }
 }
 
-#if ISSUE
-// LR AdaGrad (ADA_ISSUE): NB edges (f, x; x = 0: none) of the lane's sample, delta g: every edge's
-// accumulator atomic first, then every step's RED (see warp_apply)
-template <int NB>
-__device__ __forceinline__ void ada_issue_apply(const int* f, const float* x, float g, int rs, float* T, float* Tsh,
-                                                float* A, float* Ash, float ascale) {
-    float seen[NB];
-#pragma unroll
-    for (int b = 0; b < NB; b++) {
-        const float gi = g * x[b];
-        seen[b] = x[b] != 0.f ? ada_add(A, Ash, f[b], 0, rs, gi * gi) : 0.f;
-    }
-#pragma unroll
-    for (int b = 0; b < NB; b++)
-        if (x[b] != 0.f) red_w(T, Tsh, f[b], rs, ada_finish(A, Ash, f[b], 0, rs, seen[b], g * x[b], ascale));
-}
-#endif
-
 // Apply of one step: gradient g * (x, x a2_q - v_q x^2) of each edge of the lane's sample, as REDs.
-// SGD: g = scale * delta; AdaGrad: g = delta (per-sample gradients, each coordinate's ada_step).
-// live: the lane's sample has a gradient (g != 0). ADA_AGG: every lane runs every slot and the warp's
-// most tail iterations (a lane without an edge there passes ok = false), so that the accumulator
-// atomics can be aggregated over the warp (ada_steps); else only the live lanes call it, each
-// looping over its own edges.
+// SGD: g = scale * delta; AdaGrad: g = delta (per-sample gradients, each coordinate's ada_step, one
+// returning accumulator atomic per lane and edge). Only the lanes whose sample has a gradient call
+// it, each looping over its own edges.
 __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long long c1, long long tail, int rs,
                                            const int* __restrict__ indices, const float* __restrict__ data,
-                                           const float* P, const float* Psh, float* T, float* Tsh, float g, bool live,
+                                           const float* P, const float* Psh, float* T, float* Tsh, float g,
                                            float* A, float* Ash, float ascale
 #if K > 0
                                            , const float (*p)[KP], const float* a2
 #endif
                                            ) {
 #if K == 0
-#if AGG
-#pragma unroll
-    for (int i = 0; i < WEPL; i++) {
-        const bool ok = live && cx[i] != 0.f;
-        float gi = g * cx[i];
-        ada_steps<1>(A, Ash, cf[i], rs, &gi, ascale, ok);
-        if (ok) red_w(T, Tsh, cf[i], rs, gi);
-    }
-    for (long long e = tail; __any_sync(LANES_ALL, live && e < c1); e += WG) {
-        const bool in = live && e < c1;
-        const float x = in ? __ldcs(data + e) : 0.f;
-        const int f = in ? __ldcs(indices + e) : 0;
-        float gi = g * x;
-        ada_steps<1>(A, Ash, f, rs, &gi, ascale, x != 0.f);
-        if (x != 0.f) red_w(T, Tsh, f, rs, gi);
-    }
-#elif ISSUE
-    // AdaGrad, one accumulator atomic per lane and edge (ADA_ISSUE): the lane's atomics for all its
-    // in-register edges are issued before any of their steps, so their round trips overlap (the
-    // steps' REDs to the parameters might alias the accumulators for all the compiler knows, so one
-    // atomic after another's RED would wait for it: a round trip per edge); the tail ITB edges at a
-    // time. The edges of a row are distinct features, so each atomic returns what it would one after
-    // another, and the pass is the same.
-    ada_issue_apply<WEPL>(cf, cx, g, rs, T, Tsh, A, Ash, ascale);
-    for (long long e0 = tail; e0 < c1; e0 += (long long)WG * ITB) {
-        int f[ITB];
-        float x[ITB];
-#pragma unroll
-        for (int b = 0; b < ITB; b++) {
-            const long long e = e0 + (long long)WG * b;
-            x[b] = e < c1 ? __ldcs(data + e) : 0.f;
-            f[b] = e < c1 ? __ldcs(indices + e) : 0;
-        }
-        ada_issue_apply<ITB>(f, x, g, rs, T, Tsh, A, Ash, ascale);
-    }
-#else
 #pragma unroll
     for (int i = 0; i < WEPL; i++)
         if (cx[i] != 0.f) red_w(T, Tsh, cf[i], rs, OPT ? ada_step(A, Ash, cf[i], 0, rs, g * cx[i], ascale) : g * cx[i]);
@@ -870,37 +739,19 @@ __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long 
             red_w(T, Tsh, f, rs, OPT ? ada_step(A, Ash, f, 0, rs, g * x, ascale) : g * x);
         }
     }
-#endif
-#else
-#if AGG
-#pragma unroll
-    for (int i = 0; i < WEPL; i++) red_row(T, Tsh, cf[i], rs, p[i], cx[i], g, a2, A, Ash, ascale, live && cx[i] != 0.f);
-    for (long long e = tail; __any_sync(LANES_ALL, live && e < c1); e += WG) {
-        const bool in = live && e < c1;
-        const int f = in ? __ldcs(indices + e) : 0;
-        const float x = in ? __ldcs(data + e) : 0.f;
-        float pt[KP];
-        if (x != 0.f) read_row(pt, P, Psh, f);
-        else {
-#pragma unroll
-            for (int q = 0; q < KP; q++) pt[q] = 0.f;
-        }
-        red_row(T, Tsh, f, rs, pt, x, g, a2, A, Ash, ascale, x != 0.f);
-    }
 #else
 #pragma unroll
     for (int i = 0; i < WEPL; i++)
-        if (cx[i] != 0.f) red_row(T, Tsh, cf[i], rs, p[i], cx[i], g, a2, A, Ash, ascale, true);
+        if (cx[i] != 0.f) red_row(T, Tsh, cf[i], rs, p[i], cx[i], g, a2, A, Ash, ascale);
     for (long long e = tail; e < c1; e += WG) {
         const int f = __ldcs(indices + e);
         const float x = __ldcs(data + e);
         if (x != 0.f) {
             float pt[KP];
             read_row(pt, P, Psh, f);
-            red_row(T, Tsh, f, rs, pt, x, g, a2, A, Ash, ascale, true);
+            red_row(T, Tsh, f, rs, pt, x, g, a2, A, Ash, ascale);
         }
     }
-#endif
 #endif
 }
 
@@ -909,7 +760,7 @@ __device__ __forceinline__ void warp_apply(const int* cf, const float* cx, long 
 __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const ROW* p, long long c0, long long c1,
                                           int r, float yy, int j, int lane, int rs, const int* __restrict__ indices,
                                           const float* __restrict__ data, const float* P, const float* Psh,
-                                          const float* bb, float bpre, float* T, float* Tsh, float* tb, float scale,
+                                          const float* bb, float* T, float* Tsh, float* tb, float scale,
                                           float* A, float* Ash, float ascale, double& lsum) {
     const long long tail = c0 + (long long)WG * WEPL + j;
 #if K == 0
@@ -918,8 +769,6 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
     for (long long e = tail; e < c1; e += WG) lin += read_w(P, Psh, __ldcs(indices + e)) * __ldcs(data + e);
 #if BC
     if (j == 0) lin += PB[0];                             // the block's cached bias
-#elif BPF
-    lin += bpre;                                          // read before the step boundary (see flow_warp)
 #else
     for (int s = j; s < NSH; s += WG) lin += __ldcg(bb + s * BST);
 #endif
@@ -937,8 +786,6 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
     }
 #if BC
     if (j == 0) lin += PB[0];                             // the block's cached bias
-#elif BPF
-    lin += bpre;                                          // read before the step boundary (see flow_warp)
 #else
     for (int s = j; s < NSH; s += WG) lin += __ldcg(bb + s * BST);
 #endif
@@ -961,8 +808,8 @@ __device__ __forceinline__ void warp_step(const int* cf, const float* cx, const 
 #else
     if (lane == 0 && gsum != 0.f) atomicAdd(tb + rs * BST, gsum);
 #endif
-    if (AGG || g != 0.f)                                  // ADA_AGG: the whole warp (ada_steps)
-        warp_apply(cf, cx, c1, tail, rs, indices, data, P, Psh, T, Tsh, OPT ? d : g, g != 0.f, A, Ash, ascale
+    if (g != 0.f)
+        warp_apply(cf, cx, c1, tail, rs, indices, data, P, Psh, T, Tsh, OPT ? d : g, A, Ash, ascale
 #if K > 0
                              , p, a2
 #endif
@@ -1036,20 +883,13 @@ extern "C" __global__ void flow_warp(const int* __restrict__ order, int n_order,
         const int c_ahead = unit_chunk(order, u + (WPF + 2) * nw, n_units);
         ROW p[WEPL];
         gather_rows(p, ef[0], ex[0], P, Psh, false);      // cold rows: in flight during the boundary
-        float bpre = 0.f;
-#if BPF && !BC
-        // the bias shards with the cold rows, as of before the boundary: their round trip overlaps it
-        // (read after it, as without BPF, it is one more L2 round trip on every step's critical path:
-        // no load moves above a barrier)
-        for (int s = j; s < NSH; s += WG) bpre += __ldcg(bb + s * BST);
-#endif
 #if CACHED
         __syncthreads();                                   // the block's previous step is done
         hot_sync(T, Tsh, P, Psh, tb, bb, rsb, A, Ash);
         __syncthreads();
         gather_rows(p, ef[0], ex[0], P, Psh, true);       // hot rows as of this step's start
 #endif
-        warp_step(ef[0], ex[0], p, p0[0], p1[0], rw[0], ey[0], j, lane, rs, indices, data, P, Psh, bb, bpre, T, Tsh,
+        warp_step(ef[0], ex[0], p, p0[0], p1[0], rw[0], ey[0], j, lane, rs, indices, data, P, Psh, bb, T, Tsh,
                   tb, scale, A, Ash, ascale, lsum);
         rw[WPF + 2] = unit_row_of(c_ahead, u + (WPF + 2) * nw, n, grp);
         __syncwarp();       // the next step's reads follow this step's updates of every lane of the warp

@@ -276,20 +276,35 @@ def unknown_key_message(full_key: str, known: List[str]) -> str:
 
 
 def schema_class(name: str):
-    """The schema dataclass registered in the ConfigStore under the class name ``name``."""
+    """The schema dataclass named ``name``: one registered in the ConfigStore, or the type of a field
+    of one (a nested schema such as ``model.warp``'s)."""
     cs = ConfigStore.instance()
+
+    def nested(t, seen):
+        if t.__name__ == name:
+            return t
+        seen.add(t)
+        for f in dataclasses.fields(t):
+            ft = f.type if isinstance(f.type, type) else None
+            if ft is None:
+                default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                ft = type(default) if dataclasses.is_dataclass(default) else None
+            if ft is not None and dataclasses.is_dataclass(ft) and ft not in seen:
+                r = nested(ft, seen)
+                if r is not None:
+                    return r
+        return None
 
     def walk(d):
         for v in d.values():
             if isinstance(v, dict):
                 r = walk(v)
-                if r is not None:
-                    return r
             else:
                 node = getattr(v, "node", None)
                 t = OmegaConf.get_type(node) if node is not None else None
-                if t is not None and dataclasses.is_dataclass(t) and t.__name__ == name:
-                    return t
+                r = nested(t, set()) if t is not None and dataclasses.is_dataclass(t) else None
+            if r is not None:
+                return r
         return None
     return walk(cs.repo)
 

@@ -115,15 +115,6 @@ class Kernel:
             self.fn.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
             self._max_dyn_smem = nbytes
 
-    def prefer_carveout(self, percent: int) -> None:
-        """Hint the share of each SM's unified L1/shared memory given to shared memory while this kernel
-        runs, in percent (0: the most L1, 100: the most shared memory; the driver may round it, or
-        override it where the kernel needs more shared memory). Negative: leave the driver's choice."""
-        if percent < 0:
-            return
-        import pycuda.driver as drv
-        self.fn.set_attribute(drv.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT, int(percent))
-
     @property
     def registers(self) -> int:
         import pycuda.driver as drv

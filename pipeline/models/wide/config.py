@@ -20,10 +20,22 @@ FORMATS = ("svmlight", "synth") + CLICK_LOGS
 
 
 @dataclass
+class WarpConf:
+    """model.warp: the geometry of flow's warp design (model.design=warp, ``cuda/wide/wide.cu:flow_warp``)."""
+    samples: int = 1             # samples a warp trains per step (32 / this = lanes per sample)
+    warps_per_block: int = 0     # 0 = the most (<= 8) that still puts a block on every SM
+    edges_per_lane: int = 0      # edges per lane kept in registers (0: from the 99th pct row length)
+    shards: int = 1              # copies of the hot parameter rows and the bias (spread atomics)
+    shard_hot: int = 0           # most frequent features whose rows are sharded
+    prefetch: int = 0            # steps ahead the edges are loaded (0: 2, or 1 for big FM rows)
+    hot_cache: int = 0           # most frequent features whose rows each block caches in shared memory
+
+
+@dataclass
 class WideConf(ModelConf):
     TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {
         "block_size": "its threads per block are model.threads (flow, design=chunk) or "
-                      "model.warps_per_block (design=warp)"}
+                      "model.warp.warps_per_block (design=warp)"}
     SMALL_REPLACES: ClassVar[tuple] = ("dataset.scale",)   # generated data: dataset.small_scale instead
     k: int = 0                   # FM factor size; 0 = logistic regression
     lr: float = 0.5              # SGD step (paper: 0.5 for LR)
@@ -45,17 +57,7 @@ class WideConf(ModelConf):
     inflight_batches: int = 1    # flow, update=chunk: mini-batches in flight when inflight = 0
     update: str = "chunk"        # flow: chunk (async per chunk, authors' code) | batch (paper's text)
     design: str = "chunk"        # flow kernel: chunk (a block per chunk, as the authors) | warp (a warp per sample(s))
-    warp_samples: int = 1        # design=warp: samples a warp trains per step (32 / this = lanes per sample)
-    warps_per_block: int = 0     # design=warp: 0 = the most (<= 8) that still puts a block on every SM
-    edges_per_lane: int = 0      # design=warp: edges per lane kept in registers (0: from the 99th pct row length)
-    shards: int = 1              # design=warp: copies of the hot parameter rows and the bias (spread atomics)
-    shard_hot: int = 0           # design=warp: most frequent features whose rows are sharded
-    prefetch: int = 0            # design=warp: steps ahead the edges are loaded (0: 2, or 1 for big FM rows)
-    spread: bool = False         # design=warp: rows of features past the hot ones spread over lines (seeded)
-    prefetch_bias: bool = False  # design=warp, no hot_cache: the bias shards read with the cold rows, before the boundary
-    hot_cache: int = 0           # design=warp: most frequent features whose rows each block caches in shared memory
-    hot_fixed_point: bool = True # design=warp, LR, hot_cache, update=chunk: the cached rows' step gradient as int32 fixed point
-    carveout: int = -1           # design=warp: shared memory's share of each SM's L1/shared memory while flow_warp runs, percent (-1: the driver's choice)
+    warp: WarpConf = field(default_factory=WarpConf)   # design=warp: the kernel's geometry
     shuffle: bool = True         # reshuffle chunk order every epoch
     init_std: float = 0.01       # FM factors ~ N(0, init_std^2), seeded
     bias_init: str = "prior"     # prior: the log-odds of the training labels | zero (paper)
@@ -65,9 +67,6 @@ class WideConf(ModelConf):
     adagrad_lr: float = 0.05     # adagrad: per-sample step before the per-coordinate scaling
     adagrad_bias: str = "prior"  # adagrad: the bias's SGD step: prior (lr / (4 r (1 - r)), r the positive share) | lr
     adagrad_init: float = 0.01   # adagrad: initial accumulator of squared gradients
-    adagrad_aggregate: bool = False  # adagrad: one accumulator atomic per warp and row (false: per lane)
-    adagrad_issue_first: bool = False  # adagrad, LR, per lane: a lane's accumulator atomics issued before their steps
-    adagrad_hot_cache: bool = True     # adagrad, LR, hot_cache: the cached rows' accumulators in shared memory too
     target_loss: Optional[float] = None   # time to quality: target validation loss (None: strict SGD's + margin)
     target_margin: float = 0.003 # time to quality: target = final val loss of strict mini-batch SGD + this
     evals_per_epoch: int = 1     # time to quality: validation evaluations an epoch (slices of the chunk order)
@@ -147,23 +146,20 @@ def _check(cfg) -> None:
     require(m.inflight_batches >= 1, "model.inflight_batches", m.inflight_batches, "a positive number of mini-batches")
     require(m["update"] in UPDATES, "model.update", m["update"], " or ".join(UPDATES))
     require(m.design in DESIGNS, "model.design", m.design, " or ".join(DESIGNS))
-    require(is_pow2(m.warp_samples) and m.warp_samples <= 32, "model.warp_samples", m.warp_samples,
-            "a power of two <= 32")
-    require(m.chunk % m.warp_samples == 0, "model.warp_samples", m.warp_samples,
-            f"a divisor of model.chunk ({m.chunk})")
-    require(0 <= m.warps_per_block <= 32, "model.warps_per_block", m.warps_per_block, "0 (auto) or 1..32")
-    require(0 <= m.edges_per_lane <= 32, "model.edges_per_lane", m.edges_per_lane, "0 (auto) or 1..32")
-    require(1 <= m.shards <= 32, "model.shards", m.shards, "1 (none) .. 32")
-    require(m.shard_hot >= 0, "model.shard_hot", m.shard_hot, "a non-negative number of features")
-    require(0 <= m.prefetch <= 4, "model.prefetch", m.prefetch, "0 (auto) or 1..4 steps")
-    require(0 <= m.hot_cache <= 8192 and m.hot_cache % 4 == 0, "model.hot_cache", m.hot_cache,
+    w = m.warp
+    require(is_pow2(w.samples) and w.samples <= 32, "model.warp.samples", w.samples, "a power of two <= 32")
+    require(m.chunk % w.samples == 0, "model.warp.samples", w.samples, f"a divisor of model.chunk ({m.chunk})")
+    require(0 <= w.warps_per_block <= 32, "model.warp.warps_per_block", w.warps_per_block, "0 (auto) or 1..32")
+    require(0 <= w.edges_per_lane <= 32, "model.warp.edges_per_lane", w.edges_per_lane, "0 (auto) or 1..32")
+    require(1 <= w.shards <= 32, "model.warp.shards", w.shards, "1 (none) .. 32")
+    require(w.shard_hot >= 0, "model.warp.shard_hot", w.shard_hot, "a non-negative number of features")
+    require(0 <= w.prefetch <= 4, "model.warp.prefetch", w.prefetch, "0 (auto) or 1..4 steps")
+    require(0 <= w.hot_cache <= 8192 and w.hot_cache % 4 == 0, "model.warp.hot_cache", w.hot_cache,
             "0 (none) or a multiple of 4 up to 8192 features")
-    require(-1 <= m.carveout <= 100, "model.carveout", m.carveout,
-            "-1 (the driver's choice) or a percentage 0..100 of the SM's L1/shared memory")
     opt = m.optimizer
     require(opt in OPTIMIZERS, "model.optimizer", opt, " or ".join(OPTIMIZERS))
     ahc = caches_hot_accumulators(m, resolved_optimizer(m))
-    require(hot_cache_bytes(m.hot_cache, m.k, ahc) <= HOT_CACHE_SMEM_MAX, "model.hot_cache", m.hot_cache,
+    require(hot_cache_bytes(w.hot_cache, m.k, ahc) <= HOT_CACHE_SMEM_MAX, "model.warp.hot_cache", w.hot_cache,
             f"fewer rows: with k={m.k} its shared memory (the rows and their gradient"
             f"{', AdaGrad accumulators' if ahc else ''}) must fit in {HOT_CACHE_SMEM_MAX // 1024} KB")
     if opt == "adagrad":

@@ -216,14 +216,14 @@ def inflight_chunks(mc, batch_chunks: int) -> int:
     """Chunks in flight with update=chunk (a chunk reads parameters up to that many chunk-steps
     stale): ``model.inflight``, or ``model.inflight_batches`` mini-batches (LR: 2, about the authors'
     kernel, 56 blocks x 32-sample chunks = 1792 samples; FM: 1). Generated criteo-s-like data at lr 0.5
-    keeps LR's validation loss of strict mini-batches at two (measured, docs/models/wide.md), loses
+    keeps LR's validation loss of strict mini-batches at two (measured, docs/journal/wide.md), loses
     some at four and diverges at eight; FM k=10 ended 0.0036 above cpu at two."""
     return int(mc.inflight) or int(mc.get("inflight_batches", 1)) * batch_chunks
 
 
 def spread_rows(d: int, keep: int) -> np.ndarray:
     """Parameter row of each of d features: features < keep (hot: cached or sharded) in place, the
-    rest in a seeded random order over rows keep..d-1 (model.spread)."""
+    rest in a seeded random order over rows keep..d-1 (the warp design's spread rows)."""
     row = np.arange(d, dtype=np.int32)
     row[keep:] = keep + np.random.default_rng(12345).permutation(d - keep).astype(np.int32)
     return row
@@ -236,14 +236,15 @@ def csr_bytes(data: WideData) -> int:
 
 def warp_geometry(mc, data: WideData, sm: int, optimizer: Optional[str] = None) -> Dict[str, int]:
     """Samples per warp step, lanes per sample, edges per lane in registers, warps in flight (update=chunk:
-    ``model.inflight`` chunks, default ``model.inflight_batches`` mini-batches, of samples), warps per block, shards.
-    ``optimizer``: the one to train (the model passes its resolved ``model.optimizer``); None: the
-    config's as written (``adagrad`` trains AdaGrad; ``sgd`` and ``auto`` SGD)."""
-    ws = int(mc.warp_samples)
+    ``model.inflight`` chunks, default ``model.inflight_batches`` mini-batches, of samples), warps per block, shards,
+    from ``model.warp`` and the data. ``optimizer``: the one to train (the model passes its resolved
+    ``model.optimizer``); None: the config's as written (``adagrad`` trains AdaGrad; ``sgd`` and ``auto`` SGD)."""
+    wc = mc.warp
+    ws = int(wc.samples)
     wg = 32 // ws
     k = int(mc.k)
     kp = packed_width(k)
-    epl = int(mc.edges_per_lane)
+    epl = int(wc.edges_per_lane)
     if not epl:
         lens = np.diff(data.Xtr.indptr)
         q = float(np.percentile(lens, 99)) if len(lens) else 1.0
@@ -252,46 +253,44 @@ def warp_geometry(mc, data: WideData, sm: int, optimizer: Optional[str] = None) 
     batch_chunks = max(1, int(mc.batch_size) // data.chunk)
     samples = inflight_chunks(mc, batch_chunks) * data.chunk
     nw = max(1, min(-(-samples // ws), 32 * sm))
-    hc = min(int(mc.get("hot_cache", 0)), data.d) // 4 * 4
-    wpb = int(mc.warps_per_block)
+    hc = min(int(wc.hot_cache), data.d) // 4 * 4
+    wpb = int(wc.warps_per_block)
     if not wpb:
         # a block on every SM; with a hot-row cache at least 2 warps share it (fewer, fuller blocks)
         wpb = next((w for w in (8, 4, 2) if -(-nw // w) >= (sm // 2 if hc else sm)), 2 if hc and nw > 1 else 1)
-    nsh = max(1, int(mc.shards))
-    hsh = min(int(mc.shard_hot), data.d) if nsh > 1 else 0
-    wpf = int(mc.get("prefetch", 0)) or (2 if kp * epl <= 48 else 1)   # registers: (wpf + 1) x epl edges
+    nsh = max(1, int(wc.shards))
+    hsh = min(int(wc.shard_hot), data.d) if nsh > 1 else 0
+    wpf = int(wc.prefetch) or (2 if kp * epl <= 48 else 1)   # registers: (wpf + 1) x epl edges
     opt = str(mc.get("optimizer", "sgd")) if optimizer is None else str(optimizer)
     ada = opt == "adagrad"
-    agg = ada and bool(mc.get("adagrad_aggregate", False))     # warp-aggregated accumulator atomics
-    issue = ada and not agg and k == 0 and bool(mc.get("adagrad_issue_first", False))   # LR, per lane
     hq = aq = 0
-    fixed = hc and bool(mc.get("hot_fixed_point", True))
     x = data.Xtr.data
-    xmax = max(float(x.max()), -float(x.min())) if fixed and x.size else 0.0   # the largest |x|
+    xmax = max(float(x.max()), -float(x.min())) if hc and x.size else 0.0   # the largest |x|
     spbs = ws * max(1, min(wpb, nw))                         # samples a block step
-    if fixed:
-        # the largest per-edge gradient of a cached row: AdaGrad's step is at most adagrad_lr (its
+    if hc:
+        # the cached rows' step sums in fixed point where the resolution allows (float atomics on shared
+        # memory are compare-and-swap loops: LR at the full criteo-s shape 5.89 ms an epoch against 5.16,
+        # H100). The largest per-edge gradient of a cached row: AdaGrad's step is at most adagrad_lr (its
         # accumulator holds the step's own square); SGD's lr / batch x |delta| (< 1) x |x|
         step = (float(mc.get("adagrad_lr", 0.0)) if ada
                 else float(mc.lr) / (batch_chunks * data.chunk) * xmax)
         hq = hot_fixed_exponent(k, hc, str(mc.get("update", "chunk")), step, spbs)
     ahc = bool(hc) and caches_hot_accumulators(mc, opt)     # hc: the cache as the geometry rounds it
-    if ahc and fixed:
+    if ahc:
         aq = hot_square_exponent(spbs, xmax * xmax, float(mc.get("adagrad_init", 0.0)))   # |delta| < 1
     return {"WS": ws, "WG": wg, "WEPL": epl, "NSH": nsh if hsh else 1, "HSH": hsh, "WPF": wpf, "nw": nw,
-            "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "ADA_AGG": int(agg), "ADA_ISSUE": int(issue),
-            "BPF": int(bool(mc.get("prefetch_bias", False))), "HQ": hq, "AHC": int(ahc), "AQ": aq,
+            "wpb": wpb, "kp": kp, "HC": hc, "OPT": int(ada), "HQ": hq, "AHC": int(ahc), "AQ": aq,
             "smem": hot_cache_bytes(hc, k, ahc)}
 
 
 class FlowWarpTrainer(_Base):
-    """model.design=warp: flow with a warp per ``warp_samples`` sample(s) instead of a block per chunk
+    """model.design=warp: flow with a warp per ``model.warp.samples`` sample(s) instead of a block per chunk
     (``cuda/wide/wide.cu:flow_warp``): the same in-flight bound (``model.inflight`` chunks x chunk
     samples, ``model.inflight_batches`` mini-batches by default) spread over every SM, shared memory and block barriers only
-    for the hot-row cache (``model.hot_cache``),
+    for the hot-row cache (``model.warp.hot_cache``),
     the data of the next steps prefetched, packed parameter rows (vector loads and REDs), sharded
-    hot rows. update=chunk: one launch per epoch; update=batch: per mini-batch one launch into
-    gradient buffers and a commit launch. Parameters live in ``P`` (d x kp), ``Psh`` (shards 1.. of
+    hot rows, the rows past the hot ones spread over the table. update=chunk: one launch per epoch;
+    update=batch: per mini-batch one launch into gradient buffers and a commit launch. Parameters live in ``P`` (d x kp), ``Psh`` (shards 1.. of
     the hot rows) and ``bb`` (bias shards, 32 floats apart); ``params()`` folds the shards.
     ``optimizer``: as :func:`warp_geometry` takes it; ``bias_lr``: with AdaGrad, the bias's SGD step
     (per mini-batch of ``batch_size``, as ``model.lr``; None: ``model.lr``): the kernel steps the
@@ -308,23 +307,17 @@ class FlowWarpTrainer(_Base):
         from pipeline.gpu import kernels
         defines = dict(kernel_defines(mc, data))
         defines.update({k: geo[k] for k in ("WS", "WEPL", "NSH", "HSH", "WPF", "HC")})
-        if geo["BPF"]:
-            defines["BPF"] = 1
         if geo["HQ"]:
             defines["HQ"] = geo["HQ"]
         if geo["OPT"]:
             defines["OPT"] = geo["OPT"]
-            defines["ADA_AGG"] = geo["ADA_AGG"]
-            defines["ADA_ISSUE"] = geo["ADA_ISSUE"]
             if geo["AHC"]:
                 defines["AHC"] = 1
                 defines["AQ"] = geo["AQ"]
         self.mod = kernels.load("wide", "wide.cu", defines=defines)
         self.train = self.mod.kernel("flow_warp", "PiPPPPiiPPPPPPifPPPf")
-        kernels.require_block(self.train, 32 * max(1, min(geo["wpb"], geo["nw"])), "model.warps_per_block",
-                              geo["wpb"], f"model.warps_per_block<={self.train.max_threads // 32} (0: auto)")
-        self.carveout = int(mc.get("carveout", -1))
-        self.train.prefer_carveout(self.carveout)
+        kernels.require_block(self.train, 32 * max(1, min(geo["wpb"], geo["nw"])), "model.warp.warps_per_block",
+                              geo["wpb"], f"model.warp.warps_per_block<={self.train.max_threads // 32} (0: auto)")
         self.commit = self.mod.kernel("warp_commit", "PiiPPPPPP")
         d, kp = data.d, self.kp
         self.P = cp.zeros(d * kp, cp.float32)
@@ -353,11 +346,10 @@ class FlowWarpTrainer(_Base):
         # parameter row of each feature: the hot rows (cached or sharded) stay in place, the rest are
         # spread over the table by a seeded permutation: renumbering by frequency puts features of
         # similar frequency side by side, so the warm ones would share 128-byte lines and their
-        # gathers and REDs would queue on the same L2 lines
+        # gathers and REDs would queue on the same L2 lines (LR, criteo-s shape at scale 0.2, H200:
+        # gather + RED of the features past the 256 hottest 2.15 ms in frequency order, 0.47 spread)
         self.keep = max(geo["HC"], geo["HSH"])
-        self.row = None
-        if mc.get("spread", False) and d - self.keep > 1:
-            self.row = spread_rows(d, self.keep)
+        self.row = spread_rows(d, self.keep) if d - self.keep > 1 else None
         idx = X.indices.astype(np.int32) if self.row is None else self.row[X.indices]
         self.dev = upload_all({"indptr": X.indptr.astype(np.int64), "indices": idx,
                                "data": X.data.astype(np.float32), "y": data.ytr})
@@ -366,9 +358,7 @@ class FlowWarpTrainer(_Base):
         g = self.geo
         ada = ""
         if self.adagrad:
-            parts = [f"{'warp-aggregated' if g['ADA_AGG'] else 'per-lane'} atomics"]
-            if g["ADA_ISSUE"]:
-                parts.append("issued first")
+            parts = ["per-lane atomics"]
             if g["AHC"]:
                 parts.append("hot accumulators cached"
                              + (f" (squares in fixed point, 2^-{g['AQ']})" if g["AQ"] else ""))
@@ -379,8 +369,7 @@ class FlowWarpTrainer(_Base):
                 f"{g['WEPL']} edges/lane in registers, loaded {g['WPF']} steps ahead), {g['wpb']} warps/block, "
                 f"hot rows {g['HSH']} x {g['NSH']} shards, {g['HC']} hot rows cached per block"
                 + (f" (step gradient in fixed point, 2^-{g['HQ']})" if g["HQ"] else "") + ", "
-                f"packed rows of {self.kp} floats" + (f", rows past {self.keep} spread" if self.row is not None else "")
-                + (f", shared-memory carveout {self.carveout} %" if self.carveout >= 0 else ""))
+                f"packed rows of {self.kp} floats" + (f", rows past {self.keep} spread" if self.row is not None else ""))
 
     def set_params(self, p: Params) -> None:
         cp = self.cp

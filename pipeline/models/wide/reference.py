@@ -167,9 +167,10 @@ def warp_adagrad_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, A: Params, st
     wg - 1, so edge i of its row is in the apply's call i // wg, on lane s wg + i % wg. A step's
     forward reads the model and the bias as of the step's start (FM: the rows of all edges, as the
     kernel's in-register edges; a tail edge's row, which the kernel reads when it applies it, is not
-    modelled); then the squares go into the accumulators and the steps into the model in the order
-    of the calls, lanes in lane order within a call: the order that the warp-aggregated atomics
-    (``model.adagrad_aggregate``) give; the bias takes ``scale`` x the sum of the deltas (SGD).
+    modelled); then the squares go into the accumulators and the steps into the model lane after
+    lane, each lane's edges in the order of its calls: the order of the kernel's per-lane returning
+    atomics when a warp's lanes run one at a time in lane order between its barriers (the host shim
+    of ``tests/test_wide.py``); the bias takes ``scale`` x the sum of the deltas (SGD).
     p, A: float64 Params (shards summed), updated in place. Returns (summed loss, the number of
     (step, call, feature) groups of two or more lanes, the largest group)."""
     kp1 = 1 if p.V is None else 1 + p.V.shape[1]
@@ -187,7 +188,7 @@ def warp_adagrad_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, A: Params, st
         p.b += scale * dsum
         if not ops:
             continue
-        ops.sort(key=lambda o: (o[0], o[1]))
+        ops.sort(key=lambda o: (o[1], o[0]))                      # lane, then call
         _, size = np.unique([(c, f) for c, _, f, _ in ops], axis=0, return_counts=True)
         shared += int((size > 1).sum())
         largest = max(largest, int(size.max()))

@@ -25,8 +25,8 @@ def packed_width(k: int) -> int:
 def hot_cache_bytes(hc: int, k: int, hot_accumulators: bool = False) -> int:
     """Shared memory of the warp design's hot-row cache: the rows and their step gradient, the cached
     bias with each warp's step gradient of it (36 floats), and with ``hot_accumulators`` (AdaGrad, LR:
-    ``model.adagrad_hot_cache``) the rows' accumulators, the block's squares of the step and the other
-    blocks' of the last step (3 floats a row)."""
+    :func:`caches_hot_accumulators`) the rows' accumulators, the block's squares of the step and the
+    other blocks' of the last step (3 floats a row)."""
     return 8 * int(hc) * packed_width(int(k)) + (4 * 36 if hc else 0) + (12 * int(hc) if hot_accumulators else 0)
 
 
@@ -44,7 +44,7 @@ def hot_fixed_exponent(k: int, hc: int, update: str, step_bound: float, samples_
 
 
 def hot_square_exponent(samples_per_block_step: int, max_square: float, init: float) -> int:
-    """AdaGrad with the hot rows' accumulators cached (``model.adagrad_hot_cache``): the exponent E of
+    """AdaGrad with the hot rows' accumulators cached (:func:`caches_hot_accumulators`): the exponent E of
     a block's squares of a step held as int32 in units of 2^-E (native shared-memory integer atomics
     that return the sum, instead of compare-and-swap loops), or 0 for float atomics. E keeps the
     largest step sum (``samples_per_block_step`` x ``max_square``) within 2^30 and is used only where
@@ -78,11 +78,9 @@ def resolved_optimizer(mc) -> str:
 
 
 def caches_hot_accumulators(mc, optimizer=None) -> bool:
-    """AdaGrad with the warp design's hot-row cache, LR (``model.adagrad_hot_cache``): the cached rows'
-    accumulators in shared memory too (not with the warp-aggregated atomics, which add to global ones).
-    ``optimizer``: the one trained (the config check passes :func:`resolved_optimizer`); None: the
-    config's as it is written (what the GPU trainers take: ``auto`` there trains SGD)."""
+    """AdaGrad with the warp design's hot-row cache (``model.warp.hot_cache``), LR: the cached rows'
+    accumulators in shared memory too (FM's, and those of uncached rows, are global). ``optimizer``:
+    the one trained (the config check passes :func:`resolved_optimizer`); None: the config's as it is
+    written (what the GPU trainers take: ``auto`` there trains SGD)."""
     opt = str(mc.get("optimizer", "sgd")) if optimizer is None else str(optimizer)
-    return (opt == "adagrad" and int(mc.get("k", 0)) == 0
-            and int(mc.get("hot_cache", 0)) > 0 and not bool(mc.get("adagrad_aggregate", False))
-            and bool(mc.get("adagrad_hot_cache", True)))
+    return opt == "adagrad" and int(mc.get("k", 0)) == 0 and int(mc.warp.hot_cache) > 0

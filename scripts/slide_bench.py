@@ -2,7 +2,7 @@
 F=135,909) on generated rows, with the phase breakdown, the table rebuild, the dense baselines and
 the evaluation of one chunk. Usage (on a GPU machine, from the project root):
 
-    python scripts/slide_bench.py [--steps 50] [--json out.json]
+    python scripts/slide_bench.py [--steps 50] [--hidden 128] [--json out.json]
 
 Random weights hash the output neurons almost uniformly (about 2.6 a bucket), so the tables
 give ~130 candidates a sample and padding fills the set to ``min_active``; ``--active`` runs the
@@ -74,6 +74,7 @@ def main():
     ap.add_argument("--rows", type=int, default=256 * 40)
     ap.add_argument("--active", type=int, default=3000)
     ap.add_argument("--json", default="")
+    ap.add_argument("--hidden", type=int, default=128, help="hidden units (model.hidden: a multiple of 32 up to 256)")
     ap.add_argument("--no-dense", action="store_true")
     ap.add_argument("--shape", choices=("amazon", "wiki"), default="amazon",
                     help="wiki: batch 128, K=5, L=350, 1,617,899 features, 325,056 labels (slide only)")
@@ -91,7 +92,7 @@ def main():
     print(f"GPU: {info.name}; generated {a.rows} rows in {time.perf_counter() - t0:.1f} s "
           f"(nnz/row {data.X.nnz / a.rows:.1f}, labels/row {data.Y.nnz / a.rows:.2f})", flush=True)
     out = {"gpu": info.name}
-    hp = ref.Hyper(hidden=128, K=K, L=L, bin_size=8, bucket_capacity=128, min_active=1500,
+    hp = ref.Hyper(hidden=a.hidden, K=K, L=L, bin_size=8, bucket_capacity=128, min_active=1500,
                    max_active=min(N, L * 128 + int(np.diff(data.Y.indptr).max())), optimizer="lazy_adam")
     p = ref.init_params(F, N, hp, rng)
     eng = gpu.SlideGPU(None, hp, p, F, N)
@@ -109,7 +110,7 @@ def main():
     rb = e.time_since(s) / 3
     st = eng.epoch_stats()
     per = 6400 // B
-    print(f"shape {a.shape}: batch {B}, K={K}, L={L}, F={F}, N={N}", flush=True)
+    print(f"shape {a.shape}: batch {B}, K={K}, L={L}, F={F}, N={N}, hidden {a.hidden}", flush=True)
     print(f"rebuild: {rb:.3f} ms ({rb / per:.3f} ms a step at one rebuild per 6,400 samples); "
           f"FIFO dropped {st['table_dropped'] / 3:.0f} inserts a build", flush=True)
     out["rebuild_ms"] = rb

@@ -33,47 +33,71 @@ def _row_time(row: Dict[str, Any]) -> Optional[Tuple[str, float]]:
     return None
 
 
+def _comparisons(bench: List[Dict[str, Any]]):
+    """(gpu, before records, after records) for each comparison: the records tagged ``before`` of one
+    commit, and the ``after`` records made from its first until the next before-commit's first."""
+    for gpu in sorted({gpu_model(d) for d in bench}):
+        mine = sorted((d for d in bench if gpu_model(d) == gpu), key=lambda d: d["date"])
+        starts = {}
+        for d in mine:
+            if d["tag"] == "before":
+                starts.setdefault(str(d.get("commit")), d["date"])
+        order = sorted(starts, key=starts.get)
+        for i, c in enumerate(order):
+            end = starts[order[i + 1]] if i + 1 < len(order) else None
+            before = [d for d in mine if d["tag"] == "before" and str(d.get("commit")) == c]
+            after = [d for d in mine if d["tag"] == "after" and d["date"] >= starts[c] and (end is None or d["date"] < end)]
+            if after:
+                yield gpu, before, after
+
+
+def _gmean(xs: List[float]) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
 def before_after(records: List[Dict[str, Any]]) -> List[str]:
-    """Markdown comparing bench records tagged ``before`` and ``after`` (``run --tag``) of one GPU
-    model, one commit each: every run whose overrides both hold, every row (case, variant) both
-    report, its time before and after and their ratio; then the geometric mean and range of the
-    ratios. Empty when there is no such pair."""
+    """Markdown comparing bench records tagged ``before`` and ``after`` (``run --tag``) on one GPU
+    model (see :func:`_comparisons`): every run whose overrides both hold, every row (case, variant)
+    both report, its time before and after and their ratio; the geometric mean and range of the
+    ratios, overall and per run. Empty when there is no such pair."""
     out: List[str] = []
     bench = [d for d in records if d.get("part") == "bench" and d.get("tag") in ("before", "after")]
-    for gpu in sorted({gpu_model(d) for d in bench}):
-        side = {t: [d for d in bench if gpu_model(d) == gpu and d["tag"] == t] for t in ("before", "after")}
-        if not side["before"] or not side["after"]:
-            continue
+    for gpu, before, after in _comparisons(bench):
+        side = {"before": before, "after": after}
         runs = {t: {} for t in side}
         for t, recs in side.items():
             for d in sorted(recs, key=lambda d: d["date"]):
                 for r in d["data"]["runs"]:
                     if r.get("status") == "FINISHED":
                         runs[t][" ".join(sorted(run_overrides(r["run"])))] = r
-        table, ratios = [], []
+        table, ratios, per_run = [], [], []
         for key in [k for k in runs["after"] if k in runs["before"]]:
             rb, ra = runs["before"][key], runs["after"][key]
             rows_b = {tuple(str(x.get(c, "")) for c in ROW_KEYS): x for x in rb["rows"]}
+            mine = []
             for row in ra["rows"]:
                 k = tuple(str(row.get(c, "")) for c in ROW_KEYS)
                 tb, ta = _row_time(rows_b[k]) if k in rows_b else None, _row_time(row)
                 if tb is None or ta is None or tb[0] != ta[0]:
                     continue
-                ratios.append(ta[1] / tb[1])
+                mine.append(ta[1] / tb[1])
                 name = " ".join(v for v in k if v)
                 table.append(f"| `{ra['run']}` | {name} | {ta[0]} | {fmt_value(tb[1])} | {fmt_value(ta[1])} | "
                              f"{ta[1] / tb[1]:.3f} |")
+            if mine:
+                ratios += mine
+                per_run.append(f"| `{ra['run']}` | {len(mine)} | {_gmean(mine):.3f} | {min(mine):.3f} | {max(mine):.3f} |")
         if not table:
             continue
         commits = {t: ", ".join(sorted({str(d.get("commit")) for d in side[t]})) for t in side}
-        gmean = math.exp(sum(map(math.log, ratios)) / len(ratios))
         out += [f"## Before and after ({gpu}: commit `{commits['before']}` against `{commits['after']}`)", "",
                 "The same runs of both commits on one machine, one after the other (`gpu_suite.py run --tree` "
                 "for the older checkout, `--tag before` / `--tag after`); times in ms, ratio = after / before "
                 "(below 1: faster now).", "",
-                f"{len(ratios)} rows: geometric mean of after / before {gmean:.3f}, range {min(ratios):.3f} to "
-                f"{max(ratios):.3f}.", "",
-                "| run | row | column | before ms | after ms | after / before |", "|---|---|---|---|---|---|"] + table + [""]
+                f"{len(ratios)} rows: geometric mean of after / before {_gmean(ratios):.3f}, range {min(ratios):.3f} "
+                f"to {max(ratios):.3f}.", "",
+                "| run | rows | geometric mean | min | max |", "|---|---|---|---|---|"] + per_run + [""] + \
+               ["| run | row | column | before ms | after ms | after / before |", "|---|---|---|---|---|---|"] + table + [""]
     return out
 
 

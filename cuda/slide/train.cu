@@ -6,7 +6,7 @@
 //
 // Layouts: W1 (F, HID) row-major, W2 (N, HID) row-major, h / dh (B, HID). Active sets: sample b's
 // ids at act[b * stride ..], act_cnt[b] of them, sorted ascending. Compile-time: SLIDE_HID (a
-// multiple of 32). Row work is done by groups of 8 lanes, lane j of a group holding the float4s
+// multiple of 32 up to 256, model.hidden; every width compiles: tests/test_slide.py). Row work is done by groups of 8 lanes, lane j of a group holding the float4s
 // j, j + 8, ... of a row (each load instruction covers 128 contiguous bytes of a row).
 #include <math.h>
 #include <stdint.h>
@@ -89,13 +89,19 @@ extern "C" __global__ void input_fwd(const int* __restrict__ xptr, const int* __
 // ------------------------------------------------------------------ fused output layer
 #define OUT_THREADS 256
 #define OUT_GROUPS (OUT_THREADS / 8)
+#define OUT_WARPS (OUT_THREADS / 32)
+static_assert(2 * OUT_WARPS * (HID + 4) * 4 + 16 * OUT_WARPS + 8 <= 48 * 1024,
+              "slide_output's static shared memory must fit 48 KB");
 
 // One block per sample. Pass 1 (a group of 8 lanes per active row): z = W2[n] . h + b2[n] (kept
 // in vals), the online softmax statistics (m, d) and the online softmax-weighted sum of the rows
-// sum_n exp(z_n - m) W2[n], the sum of the label rows and of the label logits. Merge: the hidden
-// delta dh = (sum_n p_n W2[n] - sum_{labels} W2[n] / nl) / B * (h > 0) (W2 before the update) and
-// the loss. Pass 2 (a thread per active entry): vals = dz = (p - y) / B (0 without labels), and
-// the entry's place in its row's list: pos = atomicAdd(&cnt[n], 1).
+// sum_n exp(z_n - m) W2[n], the sum of the label rows and of the label logits. Merge, first within
+// each warp (its 4 groups' lanes j hold the same slots of a row: two xor shuffles), then over the
+// warps through shared memory (OUT_WARPS partial rows: 2 x 8 x (HID + 4) floats, 16.6 KB at
+// HID = 256, so every width up to 256 fits the 48 KB of static shared memory): the hidden delta
+// dh = (sum_n p_n W2[n] - sum_{labels} W2[n] / nl) / B * (h > 0) (W2 before the update) and the
+// loss. Pass 2 (a thread per active entry): vals = dz = (p - y) / B (0 without labels), and the
+// entry's place in its row's list: pos = atomicAdd(&cnt[n], 1).
 extern "C" __global__ void __launch_bounds__(OUT_THREADS)
 slide_output(const float* __restrict__ h, const float* __restrict__ W2, const float* __restrict__ b2,
              const int* __restrict__ act, const int* __restrict__ act_cnt, int stride,
@@ -103,12 +109,12 @@ slide_output(const float* __restrict__ h, const float* __restrict__ W2, const fl
              float* __restrict__ vals, float* __restrict__ dh, double* __restrict__ loss,
              int* __restrict__ cnt, int* __restrict__ pos)
 {
-    __shared__ float gacc[OUT_GROUPS][HID + 4];
-    __shared__ float gyac[OUT_GROUPS][HID + 4];
-    __shared__ float gm[OUT_GROUPS], gd[OUT_GROUPS], gz[OUT_GROUPS];
-    __shared__ int gnl[OUT_GROUPS];
+    __shared__ __align__(16) float wacc[OUT_WARPS][HID + 4];
+    __shared__ __align__(16) float wyac[OUT_WARPS][HID + 4];
+    __shared__ float wm[OUT_WARPS], wd[OUT_WARPS], wz[OUT_WARPS];
+    __shared__ int wnl[OUT_WARPS];
     __shared__ float sM, sD;
-    const int b = blockIdx.x, tid = threadIdx.x, g = tid >> 3, j = tid & 7;
+    const int b = blockIdx.x, tid = threadIdx.x, j = tid & 7;
     const int na = act_cnt[b];
     const int* ids = act + (size_t)b * stride;
     float* v = vals + (size_t)b * stride;
@@ -161,24 +167,51 @@ slide_output(const float* __restrict__ h, const float* __restrict__ W2, const fl
         if (va) take(sa + __ldg(b2 + n_a), wa, n_a, ka);
         if (vb) take(sb + __ldg(b2 + n_b), wb, n_b, kb);
     }
+    // Merge the warp's 4 groups: rescale each to the warp's maximum (a group without entries has
+    // m = -inf, d = 0 and acc = 0: weight 0), then sum over lanes j, j + 8, j + 16, j + 24.
+    float mw = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, 8));
+    mw = fmaxf(mw, __shfl_xor_sync(0xFFFFFFFFu, mw, 16));
+    const float sc = (m == -INFINITY) ? 0.f : expf(m - mw);
+    d *= sc;
 #pragma unroll
-    for (int q = 0; q < QV; ++q) {
-        *reinterpret_cast<float4*>(&gacc[g][4 * (j + 8 * q)]) = acc[q];
-        *reinterpret_cast<float4*>(&gyac[g][4 * (j + 8 * q)]) = yac[q];
+    for (int q = 0; q < QV; ++q) { acc[q].x *= sc; acc[q].y *= sc; acc[q].z *= sc; acc[q].w *= sc; }
+#pragma unroll
+    for (int o = 8; o <= 16; o <<= 1) {
+        d += __shfl_xor_sync(0xFFFFFFFFu, d, o);
+        zl += __shfl_xor_sync(0xFFFFFFFFu, zl, o);
+        nla += __shfl_xor_sync(0xFFFFFFFFu, nla, o);
+#pragma unroll
+        for (int q = 0; q < QV; ++q) {
+            acc[q].x += __shfl_xor_sync(0xFFFFFFFFu, acc[q].x, o);
+            acc[q].y += __shfl_xor_sync(0xFFFFFFFFu, acc[q].y, o);
+            acc[q].z += __shfl_xor_sync(0xFFFFFFFFu, acc[q].z, o);
+            acc[q].w += __shfl_xor_sync(0xFFFFFFFFu, acc[q].w, o);
+            yac[q].x += __shfl_xor_sync(0xFFFFFFFFu, yac[q].x, o);
+            yac[q].y += __shfl_xor_sync(0xFFFFFFFFu, yac[q].y, o);
+            yac[q].z += __shfl_xor_sync(0xFFFFFFFFu, yac[q].z, o);
+            yac[q].w += __shfl_xor_sync(0xFFFFFFFFu, yac[q].w, o);
+        }
     }
-    if (j == 0) { gm[g] = m; gd[g] = d; gz[g] = zl; gnl[g] = nla; }
+    if (sub == 0) {                                  // lanes 0..7 of the warp hold its sums
+#pragma unroll
+        for (int q = 0; q < QV; ++q) {
+            *reinterpret_cast<float4*>(&wacc[warp][4 * (j + 8 * q)]) = acc[q];
+            *reinterpret_cast<float4*>(&wyac[warp][4 * (j + 8 * q)]) = yac[q];
+        }
+        if (j == 0) { wm[warp] = mw; wd[warp] = d; wz[warp] = zl; wnl[warp] = nla; }
+    }
     __syncthreads();
     float M = -INFINITY;
-    for (int i = 0; i < OUT_GROUPS; ++i) M = fmaxf(M, gm[i]);
+    for (int i = 0; i < OUT_WARPS; ++i) M = fmaxf(M, wm[i]);
     float D = 0.f;
-    for (int i = 0; i < OUT_GROUPS; ++i)
-        if (gm[i] != -INFINITY) D += gd[i] * expf(gm[i] - M);
+    for (int i = 0; i < OUT_WARPS; ++i)
+        if (wm[i] != -INFINITY) D += wd[i] * expf(wm[i] - M);
     const float inv_b = 1.f / (float)B;
     for (int t = tid; t < HID; t += OUT_THREADS) {
         float A = 0.f, Y = 0.f;
-        for (int i = 0; i < OUT_GROUPS; ++i) {
-            if (gm[i] != -INFINITY) A += gacc[i][t] * expf(gm[i] - M);
-            Y += gyac[i][t];
+        for (int i = 0; i < OUT_WARPS; ++i) {
+            if (wm[i] != -INFINITY) A += wacc[i][t] * expf(wm[i] - M);
+            Y += wyac[i][t];
         }
         const float hv = h[(size_t)b * HID + t];
         dh[(size_t)b * HID + t] = (nl && hv > 0.f) ? (A / D - Y / (float)nl) * inv_b : 0.f;
@@ -189,7 +222,7 @@ slide_output(const float* __restrict__ h, const float* __restrict__ W2, const fl
         if (nl) {
             float zs = 0.f;
             int cl = 0;
-            for (int i = 0; i < OUT_GROUPS; ++i) { zs += gz[i]; cl += gnl[i]; }
+            for (int i = 0; i < OUT_WARPS; ++i) { zs += wz[i]; cl += wnl[i]; }
             const double lb = -((double)zs - (double)cl * ((double)M + log((double)D))) / (double)nl;
             atomicAdd(loss, lb / (double)B);
         }
@@ -263,7 +296,8 @@ __device__ __forceinline__ void adam4(float4& w, float4& m, float4& v, const flo
 #define ROW_THREADS 256
 #define ROW_GROUPS (ROW_THREADS / 8)
 #ifndef ROW_MIN_BLOCKS
-#define ROW_MIN_BLOCKS 2               // 3 spills registers (ptxas -v)
+#define ROW_MIN_BLOCKS 2               // 3 spills registers (ptxas -v); at HID >= 192 so does 2 (36-144 B a
+                                       // thread, through L1): 1 would not, at half the resident warps
 #endif
 
 // The rows with at least one entry (start[r + 1] > start[r]), in no particular order:

@@ -74,14 +74,20 @@ class Hyper:
 
     @classmethod
     def from_cfg(cls, mcfg, n_labels: int, max_labels_per_row: int) -> "Hyper":
-        """From the model config; ``max_active: 0`` becomes min(N, L*bucket_capacity + the most
-        labels of a training row), never below min(min_active, N), so nothing is ever truncated."""
+        """From the model config. ``min_active`` unset (null) becomes 1500, or 5 % of the labels
+        when fewer, at least 32, at most half of them (:func:`variants.default_min_active`), and at
+        most an explicit ``max_active``. ``max_active: 0`` becomes min(N, L*bucket_capacity + the
+        most labels of a training row), never below min(min_active, N), so nothing is ever truncated."""
+        from pipeline.models.slide.variants import default_min_active
         kw = {}
         for f in fields(cls):
             if f.name == "dwta":
                 kw["dwta"] = str(mcfg.get("hash", "wta")) == "dwta"
-            elif f.name in mcfg:
+            elif f.name in mcfg and mcfg[f.name] is not None:
                 kw[f.name] = type(f.default)(mcfg[f.name])
+        if mcfg.get("min_active", None) is None:
+            auto = default_min_active(n_labels)
+            kw["min_active"] = min(auto, int(kw["max_active"])) if kw.get("max_active", 0) > 0 else auto
         hp = cls(**kw)
         if hp.max_active <= 0:
             auto = hp.L * hp.bucket_capacity + int(max_labels_per_row)
@@ -680,7 +686,8 @@ class DenseEngine(ReferenceEngine):
 class SlideTrainer:
     """The host side of SLIDE training, the same for every engine: the one RNG (parameters, hash
     functions, node order, pad offsets, shuffles) and the rebuild/reshuffle schedule. Dense engines
-    ignore the hash draws but the RNG stream (hence the data order) is the same."""
+    ignore the hash draws but the RNG stream (hence the data order) is the same. The first tables
+    are built by the first step (inside the training time, like every later rebuild)."""
 
     def __init__(self, hp: Hyper, n_features: int, n_labels: int, seed: int, make_engine=None,
                  shuffle: bool = False):
@@ -695,22 +702,27 @@ class SlideTrainer:
         self.next_rebuild = float(hp.rebuild_every) if hp.rebuild_every > 0 else math.inf
         self.next_reshuffle = float(hp.reshuffle_every) if hp.reshuffle_every > 0 else math.inf
         self.rebuilds = self.reshuffles = 0
-        self._new_hash()
-
-    def _new_hash(self) -> None:
+        self.order: Optional[np.ndarray] = None       # the current epoch's sample order (shuffle)
         self.bins = draw_hash(self.hp, self.rng)
         self.node_order = self.rng.permutation(self.N)
         self.engine.set_hash(self.bins, self.node_order)
-        self._rebuild(first=True)
+        self.built = False
+
+    def build(self) -> None:
+        """The first tables (the first step does it when not done before)."""
+        if not self.built:
+            self._rebuild(first=True)
 
     def _rebuild(self, first: bool = False) -> None:
         self.engine.rebuild()
         self.rebuilds += 1
+        self.built = True
         if not first:
             self.period *= self.hp.rebuild_decay
             self.next_rebuild = self.S + self.period if self.hp.rebuild_every > 0 else math.inf
 
     def step(self, batch, n: int) -> None:
+        self.build()
         pad_off = self.rng.integers(0, self.N, size=n)
         self.engine.step(batch, pad_off)
         self.S += n
@@ -724,14 +736,28 @@ class SlideTrainer:
         elif self.S >= self.next_rebuild:
             self._rebuild()
 
-    def epoch(self, split, n_rows: int, batch_size: int, progress=None, rows: int = 0) -> None:
-        """One pass over ``split`` (``n_rows`` rows) in batches: in file order, or in a fresh rng
-        permutation when shuffling; ``rows`` > 0 stops after that many samples."""
-        order = self.rng.permutation(n_rows) if self.shuffle else None
+    @staticmethod
+    def steps_of(n_rows: int, batch_size: int, rows: int = 0) -> int:
+        """Steps of an epoch over ``n_rows`` rows (the first ``rows`` when > 0)."""
         end = min(n_rows, rows) if rows > 0 else n_rows
-        for r0 in range(0, end, batch_size):
+        return -(-end // batch_size)
+
+    def epoch(self, split, n_rows: int, batch_size: int, progress=None, rows: int = 0,
+              steps: Optional[Tuple[int, int]] = None) -> None:
+        """One pass over ``split`` (``n_rows`` rows) in batches: in file order, or in a fresh rng
+        permutation when shuffling; ``rows`` > 0 stops after that many samples. ``steps=(s0, s1)``:
+        only the epoch's steps s0 .. s1 - 1 (consecutive slices: the same steps as one pass; the
+        shuffle is drawn by the slice that starts at step 0)."""
+        end = min(n_rows, rows) if rows > 0 else n_rows
+        s0, s1 = steps if steps is not None else (0, self.steps_of(n_rows, batch_size, rows))
+        if s0 == 0:
+            self.order = self.rng.permutation(n_rows) if self.shuffle else None
+        for s in range(s0, s1):
+            r0 = s * batch_size
             r1 = min(end, r0 + batch_size)
-            self.step(self.engine.batch(split, r0, r1, order), r1 - r0)
+            if r0 >= r1:
+                break
+            self.step(self.engine.batch(split, r0, r1, self.order), r1 - r0)
             if progress is not None:
                 progress(r1 - r0)
 

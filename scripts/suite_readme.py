@@ -39,9 +39,11 @@ def _best(rows: List[Dict[str, Any]], h: Headline, side: str) -> Optional[Dict[s
 
 def results_rows(records: List[Dict[str, Any]], heads: Optional[Sequence[Headline]] = None) -> List[Dict[str, Any]]:
     """One line per (headline, GPU model): its run from the latest record of that GPU that has it
-    (``heads``: these headlines instead of conf/suite's)."""
+    (``heads``: these headlines instead of conf/suite's); a record of an older checkout (tagged
+    ``before``, see ``run --tree``) never counts."""
     out = []
-    benches = sorted((d for d in records if d.get("part") == "bench"), key=lambda d: d["date"], reverse=True)
+    benches = sorted((d for d in records if d.get("part") == "bench" and d.get("tag") != "before"),
+                     key=lambda d: d["date"], reverse=True)
     for h in headlines() if heads is None else heads:
         want = [set(h.run)] + [set(a) for a in h.also]
         seen_gpus = set()

@@ -192,7 +192,11 @@ SCHEMA_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("override, words", SCHEMA_ERRORS, ids=[o for o, _ in SCHEMA_ERRORS])
+FAST_CLI_ERRORS = ("model.foo=1", "block_size=abc", "block_size=48", "epochs=9")   # the rest: -m slow
+
+
+@pytest.mark.parametrize("override, words", [
+    pytest.param(o, w, id=o, marks=() if o in FAST_CLI_ERRORS else pytest.mark.slow) for o, w in SCHEMA_ERRORS])
 def test_cli_config_errors_are_one_line(cli, override, words):
     r = cli("model=bcm", override, timeout=120)
     assert r.returncode != 0, r.stdout + r.stderr

@@ -12,6 +12,7 @@ module level or inside a function: no cycle, and no import running up the layers
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 from typing import Dict, List, Optional, Set
 
@@ -123,6 +124,11 @@ def _reach(graph: Dict[str, Set[str]], start: str) -> Dict[str, str]:
     return seen
 
 
+@functools.lru_cache(maxsize=None)
+def _full_graph() -> Dict[str, Set[str]]:
+    return _graph(_modules())
+
+
 LAYER0 = {"pipeline.errors", "pipeline.root", "pipeline.timing_policy"}
 LAYER1 = {"pipeline.registry", "pipeline.timing", "pipeline.results", "pipeline.headline"}
 LAYER2 = {"pipeline.config", "pipeline.config.xc", "pipeline.context", "pipeline.bench", "pipeline.train"}
@@ -164,19 +170,19 @@ def test_graph_sees_the_imports():
 
 
 def test_no_import_cycle_between_pipeline_modules():
-    cycle = _cycle(_graph(_modules()))
+    cycle = _cycle(_full_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
 def test_imports_go_down_the_layers():
-    g = _graph(_modules())
+    g = _full_graph()
     up = [f"{a} (layer {layer(a)}) -> {b} (layer {layer(b)})" for a in sorted(g) for b in sorted(g[a])
           if layer(b) > layer(a)]
     assert not up, "imports running up the layers: " + "; ".join(up)
 
 
 def test_a_model_uses_another_only_where_declared():
-    g = _graph(_modules())
+    g = _full_graph()
     bad = [f"{a} -> {b}" for a in sorted(g) for b in sorted(g[a])
            if _model_of(a) and _model_of(b) and _model_of(a) != _model_of(b)
            and (_model_of(a), _model_of(b)) not in MODEL_USES]
@@ -187,7 +193,7 @@ def test_a_model_uses_another_only_where_declared():
 def test_variant_registries_are_leaves():
     """A model's variants.py (read by the config checks, --help and the model) imports only the
     registry and other registries, so the checks never pull in kernels, CuPy or a model's classes."""
-    g = _graph(_modules())
+    g = _full_graph()
     for mod in sorted(m for m in g if m.endswith(".variants")):
         bad = [b for b in g[mod] if b != "pipeline.registry" and not b.endswith(".variants")]
         assert not bad, f"{mod} imports {bad}"

@@ -409,7 +409,7 @@ class WideModel(TrainingModel):
             for k in ("train_loss", "val_loss", "val_auc", "epoch_ms", "gpu_ms"):
                 rep.series[pre + k] = h.series(k)
             rep.metrics[f"summary/{v}/converged"] = 1.0 if converged(h) else 0.0
-        self.summarize(rep, rows, ["epoch_ms", "gpu_ms", "val_loss", "val_auc", "to_stop_s", "epochs", "best_epoch",
+        self.summarize(rep, rows, ["epoch_ms", "gpu_ms", "val_loss", "val_auc", "dloss_vs_cpu", "to_stop_s", "epochs", "best_epoch",
                                    "x_of_floor", "overlap", "in_flight", "us_per_step", "x_of_step_bound",
                                    "step_bound_ms", "to_target_epochs", "to_target_s", "to_target_gpu_s"])
         if floor_ms:

@@ -140,10 +140,11 @@ def select_variants(cfg, backend: str, registry: Registry) -> Selection:
                               f"model={registry.model}: choose from {', '.join(registry.names(backend))}")
         ours = [fallback]
         if backend == "cpu":
-            notes.append(f"CPU backend: {', '.join(asked)} need a GPU; running {fallback!r} (the NumPy "
-                         "reference) instead")
+            notes.append(f"CPU backend: {', '.join(asked)} {'needs' if len(asked) == 1 else 'need'} a GPU; "
+                         f"running {fallback!r} (the NumPy reference) instead")
         else:
-            notes.append(f"{', '.join(asked)} run on the CPU backend; on the GPU running {fallback!r}"
+            notes.append(f"{', '.join(asked)} {'runs' if len(asked) == 1 else 'run'} on the CPU backend; on the GPU "
+                         f"running {fallback!r}"
                          + (" (the paper's variant)" if fallback == registry.paper else ""))
     requested = [str(b) for b in cfg.model.baselines]
     baselines = [b for b in usable(requested, "baseline") if b not in ours]

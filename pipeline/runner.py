@@ -19,6 +19,7 @@ from pipeline.errors import ConfigError, VerificationError
 from pipeline import registry
 from pipeline.gpu import pool
 from pipeline.headline import fastest_lines
+from pipeline.models import register_all
 from pipeline.results import Report, format_table
 from pipeline.tracking import JobRun
 
@@ -36,6 +37,7 @@ def model_class(impl: str):
 def run(cfg: DictConfig, out_dir: Optional[Path] = None, echo: bool = True) -> Report:
     """Run one job; returns its report. Raises a PipelineError on bad config, data, GPU or a
     failed check (after the MLflow run has been marked FAILED)."""
+    register_all()          # every model's registry and checks, also in a sweep's worker process
     validate(cfg)
     out_dir = Path(out_dir) if out_dir else Path.cwd()
     cls = model_class(str(cfg.model.impl))

@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 
 from pipeline.bench import BENCH_COLUMNS, Case, Variant, best_metrics, failures, launch_floor, measure
 from pipeline.context import Context
+from pipeline.errors import ConfigError
 from pipeline.registry import Registry, of_model, select_variants
 from pipeline.results import Report
 
@@ -57,7 +58,11 @@ class SelectsVariants(Model):
 
     @property
     def registry(self) -> Registry:
-        return of_model(str(self.cfg.model.name))
+        reg = of_model(str(self.cfg.model.name))
+        if reg is None:       # the runner registers every model first (pipeline.models.register_all)
+            raise ConfigError(f"model={self.cfg.model.name} has no variant registry: run it through "
+                              f"pipeline.runner.run, which registers every model")
+        return reg
 
     def select(self) -> None:
         sel = select_variants(self.cfg, self.ctx.backend, self.registry)

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from pipeline.results import case_columns
 
 # the time columns of the models' reports and their factor to milliseconds
-TO_MS = {"median_ms": 1.0, "gpu_ms": 1.0, "time_s": 1e3, "layer_s": 1e3, "epoch_ms": 1.0, "epoch_s": 1e3}
+TO_MS = {"median_ms": 1.0, "gpu_ms": 1.0, "time_s": 1e3, "layer_s": 1e3, "layer_ms": 1.0, "epoch_ms": 1.0, "epoch_s": 1e3}
 # the measures a line may rank by, in the order they are looked for (device time before wall time),
 # with what one of them is; a report may name its own (Report.measures: e.g. wide's epoch_ms is the
 # wall time of an epoch, its gpu_ms the device time of the epoch's kernels)

@@ -232,16 +232,16 @@ def test_networks_train_through_the_harness(compose, tmp_path, monkeypatch):
     assert calls == [(2, 2, ("train_loss",))]
     assert list(m.results) == ["dense", "bcm_k16"]
     for tag, r in m.results.items():
-        assert set(r["hist"]) == {"train_loss", "test_acc", "epoch_s", "layer_s"} and r["failure"] is None
-        assert len(r["hist"]["test_acc"]) == 2 and all(0 < s for s in r["hist"]["epoch_s"])
-        assert all(0 < l <= e for l, e in zip(r["hist"]["layer_s"], r["hist"]["epoch_s"]))
+        assert set(r["hist"]) == {"train_loss", "test_acc", "epoch_ms", "layer_ms"} and r["failure"] is None
+        assert len(r["hist"]["test_acc"]) == 2 and all(0 < s for s in r["hist"]["epoch_ms"])
+        assert all(0 < l <= e for l, e in zip(r["hist"]["layer_ms"], r["hist"]["epoch_ms"]))
         assert [s for s, _ in m.ctx.epochs[f"{tag}/test_acc"]] == [0, 1]
     m.verify()
     rep = m.report()
     row = next(r for r in rep.rows if r["network"] == "bcm_k16")
     assert row["x_vs_dense"] == pytest.approx(1.0 / row["time_vs_dense"])
     assert row["time_vs_dense"] == pytest.approx(row["epoch_ms"] / rep.rows[0]["epoch_ms"])
-    assert row["layer_time_vs_dense"] == pytest.approx(row["layer_s"] / rep.rows[0]["layer_s"])
+    assert row["layer_time_vs_dense"] == pytest.approx(row["layer_ms"] / rep.rows[0]["layer_ms"])
     assert rep.metrics["summary/bcm_k16/x_vs_dense"] == pytest.approx(row["x_vs_dense"])
 
 

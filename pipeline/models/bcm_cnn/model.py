@@ -26,7 +26,7 @@ from pipeline.train import fit
 # Paper §4.5 / Fig. 13: CIFAR-10 accuracy drop of the BCM network vs GEMM, percentage points.
 PAPER_GAP = {16: 1.4, 32: 2.3, 64: 5.2}
 WARMUP_STEPS = 100     # linear learning-rate warm-up (plain CNN without normalisation layers)
-HISTORY = ("train_loss", "test_acc", "epoch_s", "layer_s")    # the per-epoch series of each network
+HISTORY = ("train_loss", "test_acc", "epoch_ms", "layer_ms")    # the per-epoch series of each network
 
 
 def _cpu_blas_single_thread(on: bool):
@@ -86,7 +86,7 @@ class NetTrainer:
 
     def stats(self) -> Dict[str, float]:
         return {"train_loss": float(self.loss_sum) / max(1, self.steps_per_epoch),
-                "layer_s": self.net.timer.total_ms() / 1e3}
+                "layer_ms": self.net.timer.total_ms()}
 
     def evaluate(self) -> Dict[str, float]:
         return {"test_acc": self.model._evaluate(self.net, self.Xt, self.Yt)}
@@ -184,12 +184,11 @@ class BcmCnnModel(TrainingModel):
 
     def _epoch_done(self, tr: "NetTrainer", rec: Dict[str, float]) -> None:
         """Log an epoch's values as soon as they are known, and print its line."""
-        rec["epoch_s"] = rec["epoch_ms"] / 1e3
         e, epochs = int(rec["epoch"]), int(self.cfg.model.epochs)
         self.ctx.log_epoch({f"{tr.name}/{key}": rec[key] for key in HISTORY}, e - 1)
         print(f"[bcm_cnn] {tr.name} epoch {e}/{epochs}: train loss {rec['train_loss']:.4f}, "
-              f"test acc {100 * rec['test_acc']:.2f}%, epoch {rec['epoch_s']:.2f} s "
-              f"(linear layers {rec['layer_s']:.2f} s)", flush=True)
+              f"test acc {100 * rec['test_acc']:.2f}%, epoch {rec['epoch_ms'] / 1e3:.2f} s "
+              f"(linear layers {rec['layer_ms'] / 1e3:.2f} s)", flush=True)
 
     def _trained(self, tr: "NetTrainer") -> None:
         tr.net.release()
@@ -279,7 +278,7 @@ class BcmCnnModel(TrainingModel):
         ``time_vs_dense`` and ``layer_time_vs_dense`` (BCM time / dense time: the epoch, the linear
         layers)."""
         bcm = [r["network"] for r in rows if r["network"] != "dense"]
-        for col, name in (("epoch_ms", "time_vs_dense"), ("layer_s", "layer_time_vs_dense")):
+        for col, name in (("epoch_ms", "time_vs_dense"), ("layer_ms", "layer_time_vs_dense")):
             ratios = speedups([{"network": r["network"], col: r[col]} for r in rows], bcm, ["dense"], col,
                               key="network")
             for row, x in zip(rows, ratios):
@@ -310,7 +309,7 @@ class BcmCnnModel(TrainingModel):
                    "weights": net.n_weights, "compression": net.n_dense_weights / net.n_weights,
                    "epochs": len(h["test_acc"]), "train_loss": h["train_loss"][-1] if h["train_loss"] else None,
                    "test_acc_pct": 100 * acc, "best_acc_pct": 100 * max(h["test_acc"], default=float("nan")),
-                   "epoch_ms": 1e3 * self._steady(h["epoch_s"]), "layer_s": self._steady(h["layer_s"])}
+                   "epoch_ms": self._steady(h["epoch_ms"]), "layer_ms": self._steady(h["layer_ms"])}
             if r["bcm"]:
                 row["max_layer_err"] = max(self.layer_errors.get(tag, {}).values(), default=None)
             if r["bcm"] and dense_acc is not None:
@@ -322,12 +321,12 @@ class BcmCnnModel(TrainingModel):
                 rep.series[f"{tag}/{key}"] = list(vals)
         if dense_acc is not None:
             self._vs_dense(rows)
-        self.summarize(rep, rows, ["test_acc_pct", "best_acc_pct", "train_loss", "epoch_ms", "layer_s", "compression",
+        self.summarize(rep, rows, ["test_acc_pct", "best_acc_pct", "train_loss", "epoch_ms", "layer_ms", "compression",
                                    "acc_gap_pct", "paper_gap_pct", "time_vs_dense", "layer_time_vs_dense"], by="network")
         rep.rows = rows
         rep.columns = ["variant", "kind", "k", "impl", "ok", "weights", "compression", "epochs", "train_loss",
                        "test_acc_pct", "best_acc_pct", "acc_gap_pct", "paper_gap_pct", "epoch_ms", "x_vs_dense",
-                       "time_vs_dense", "layer_s", "layer_time_vs_dense", "max_layer_err"]
+                       "time_vs_dense", "layer_ms", "layer_time_vs_dense", "max_layer_err"]
         first_bcm = next((r for r in self.results.values() if r["bcm"]), None)
         obj = first_bcm or dense
         if obj and obj["hist"]["test_acc"]:

@@ -98,6 +98,7 @@ def a9a_default(tmp_path_factory):
     return out, run_cli(out, "model=wide_lr")
 
 
+@pytest.mark.slow      # the default command through the CLI (a module fixture shared with the next test)
 def test_a9a_default_within_0005_auc_of_sklearn(a9a_default, compose):
     """The default command on the shipped a9a ends within 0.005 validation AUC of scikit-learn's
     converged logistic regression on the same split (3 epochs of SGD ended 0.0077 below it)."""
@@ -109,6 +110,7 @@ def test_a9a_default_within_0005_auc_of_sklearn(a9a_default, compose):
     assert abs(got - want) <= 0.005
 
 
+@pytest.mark.slow
 def test_summary_says_converged_and_best_epoch(a9a_default):
     """The table's converged and best_epoch columns and the one-line notice agree: the run stopped by
     the patience rule before the cap and kept an earlier epoch (the MLflow metrics: the next test)."""

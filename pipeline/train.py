@@ -288,9 +288,10 @@ def best_of(histories: Dict[str, History], metric: str) -> Dict[str, float]:
 
 
 def time_to_target(history: History, target: float, key: str = "val_loss",
-                   clocks: Sequence[str] = ("epoch_ms",)) -> Dict[str, float]:
+                   clocks: Sequence[str] = ("epoch_ms",), higher_is_better: bool = False) -> Dict[str, float]:
     """Time to quality: the first evaluation (:attr:`History.evals`: after every epoch, or after every
-    part with ``fit(parts=p)``) at which ``key`` is at most ``target``, and the time the trainer had
+    part with ``fit(parts=p)``) at which ``key`` is at most ``target`` (at least, with
+    ``higher_is_better``: an accuracy), and the time the trainer had
     spent by then on each clock (a duration key of the records, summed over the epochs or parts up
     to and including that one). Returns ``{"epochs": e, <clock>: total, ...}``, e the evaluation's
     position in epochs (its ``epoch``: a whole number, or a multiple of 1/p with parts); all NaN when
@@ -303,7 +304,7 @@ def time_to_target(history: History, target: float, key: str = "val_loss",
         for c in clocks:
             totals[c] += float(rec.get(c, math.nan))
         v = float(rec.get(key, math.nan))
-        if math.isfinite(v) and v <= target:
+        if math.isfinite(v) and (v >= target if higher_is_better else v <= target):
             out["epochs"] = float(rec.get("epoch", i + 1))
             out.update(totals)
             return out

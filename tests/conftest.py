@@ -39,6 +39,25 @@ def compose():
     return _compose
 
 
+@pytest.fixture
+def prepared(compose, tmp_path):
+    """prepared(*overrides) -> (model, ctx): the model the overrides compose, checked, its context
+    made as a run makes it (make_context: the backend, the size=small preset and their notices in
+    ``ctx.notices``) and its ``prepare()`` run; caches under tmp_path."""
+    def _prepared(*overrides):
+        import importlib
+        from pipeline.config import validate
+        from pipeline.context import make_context
+        cfg = compose([*overrides, "progress=false", f"cache_dir={tmp_path / 'cache'}"])
+        validate(cfg)
+        ctx = make_context(cfg, tmp_path)
+        module, cls = str(cfg.model.impl).split(":")
+        model = getattr(importlib.import_module(module), cls)(cfg, ctx)
+        model.prepare()
+        return model, ctx
+    return _prepared
+
+
 @pytest.fixture(scope="session")
 def mlflow_template(tmp_path_factory):
     """An empty MLflow SQLite store, created once per session (creating one runs MLflow's

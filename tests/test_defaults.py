@@ -32,41 +32,28 @@ def test_default_command_on_a_fresh_machine(cli, tmp_path, model):
         assert len(notes) == 1 and "python -m pipeline.data.fetch cifar10" in notes[0], r.stderr
 
 
-def _prepared(compose, tmp_path, *overrides):
-    from pipeline.context import make_context
-    from pipeline.models.bcm_cnn.model import BcmCnnModel
-    cfg = compose(["model=bcm_cnn", "backend=cpu", "progress=false", f"cache_dir={tmp_path / 'cache'}",
-                   *overrides])
-    from pipeline.config import validate
-    validate(cfg)
-    ctx = make_context(cfg, tmp_path)
-    model = BcmCnnModel(cfg, ctx)
-    model.prepare()
-    return model, ctx
-
-
-def test_bcm_cnn_default_falls_back_to_digits(compose, tmp_path):
+def test_bcm_cnn_default_falls_back_to_digits(compose, tmp_path, prepared):
     empty = tmp_path / "empty"
     empty.mkdir()
-    model, ctx = _prepared(compose, tmp_path, f"data_dir={empty}")
+    model, ctx = prepared("model=bcm_cnn", "backend=cpu", f"data_dir={empty}")
     assert model.dataset == "digits"
     notes = [n for n in ctx.notices if "instead" in n and "data_dir" in n]
     assert notes == [f"dataset cifar10 is not in data_dir={empty}: training on digits instead "
                      "(get it with: python -m pipeline.data.fetch cifar10)"]
 
 
-def test_bcm_cnn_asked_for_cifar10_fails_without_it(compose, tmp_path):
+def test_bcm_cnn_asked_for_cifar10_fails_without_it(compose, tmp_path, prepared):
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(DataError, match=r"dataset 'cifar10' not found: .*python -m pipeline\.data\.fetch cifar10"):
-        _prepared(compose, tmp_path, "dataset=cifar10", f"data_dir={empty}")
+        prepared("model=bcm_cnn", "backend=cpu", "dataset=cifar10", f"data_dir={empty}")
     with pytest.raises(DataError, match=r"dataset 'mnist' not found.*python -m pipeline\.data\.fetch mnist"):
-        _prepared(compose, tmp_path, "dataset=mnist", f"data_dir={empty}")
+        prepared("model=bcm_cnn", "backend=cpu", "dataset=mnist", f"data_dir={empty}")
 
 
 @pytest.mark.parametrize("k, warned", [(64, True), (32, False), (16, False)])
-def test_bcm_cnn_warns_when_a_block_is_larger_than_a_layer(compose, tmp_path, k, warned):
-    model, ctx = _prepared(compose, tmp_path, "dataset=digits", f"block_size={k}")
+def test_bcm_cnn_warns_when_a_block_is_larger_than_a_layer(compose, tmp_path, k, warned, prepared):
+    model, ctx = prepared("model=bcm_cnn", "backend=cpu", "dataset=digits", f"block_size={k}")
     warnings = [n for n in ctx.notices if n.startswith("warning:")]
     if warned:
         assert warnings == [f"warning: block_size={k} is larger than layer conv2 of the digits network "
@@ -74,7 +61,7 @@ def test_bcm_cnn_warns_when_a_block_is_larger_than_a_layer(compose, tmp_path, k,
                             "use block sizes up to 32"]
     else:
         assert warnings == []
-    model, ctx = _prepared(compose, tmp_path, "dataset=digits", "model.block_sizes=[16,64]")
+    model, ctx = prepared("model=bcm_cnn", "backend=cpu", "dataset=digits", "model.block_sizes=[16,64]")
     assert any(n.startswith("warning: model.block_sizes=64 ") for n in ctx.notices), ctx.notices
 
 

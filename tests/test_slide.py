@@ -745,7 +745,7 @@ def test_impossible_tables_refused_at_validation(compose, overrides, key, bits):
     assert "\n" not in msg and bits in msg and "2^31" in msg and " GB" in msg and "would need" in msg
 
 
-def test_table_bytes_and_memory_cap():
+def test_table_bytes_and_index_limits():
     from pipeline.errors import ConfigError
     from pipeline.models.slide.config import check_tables
     from pipeline.models.slide.variants import table_bytes, table_segments
@@ -753,16 +753,16 @@ def test_table_bytes_and_memory_cap():
     assert table_bytes(6, 50, 8, 670091) == 16 * 50 * 2 ** 18 + 4 + 20 * 50 * 670091      # about 0.88 GB
     check_tables(6, 50, 8, 670091)                                   # the paper's Amazon settings
     check_tables(5, 350, 8, 325056)                                  # and Wiki's
-    with pytest.raises(ConfigError, match=r"model.K=8 is not allowed: hash tables within 10 GB.* need 13.4 GB"):
-        check_tables(8, 50, 8, 0, memory=10 * 10 ** 9)
+    with pytest.raises(ConfigError, match=r"model.K=11 is not allowed: L x 2\^\(K\*bits\) buckets < 2\^31.*need"):
+        check_tables(11, 50, 8, 0)
 
 
-def test_memory_checked_before_kernels_or_parameters(compose, tmp_path):
+def test_memory_checked_before_kernels_or_parameters(compose, tmp_path, prepared):
     """On the GPU, prepare (after the data, before any kernel or parameter) refuses tables and
     parameters larger than the device, in one line naming the bytes."""
     import types
     from pipeline.errors import ConfigError
-    m, _ = _slide_model(compose, tmp_path, "model.small.K=8", "model.small.L=40")     # the CPU: no device to fit
+    m, _ = _slide_model(prepared, "model.small.K=8", "model.small.L=40")     # the CPU: no device to fit
     m.ctx = types.SimpleNamespace(cuda=True, device=types.SimpleNamespace(total_mem=8 * 10 ** 9, name="a small GPU"),
                                   notice=lambda s: None)
     with pytest.raises(ConfigError, match=r"model.K=8 is not allowed: the hash tables \(10.7 GB\).*8 GB of a small"):
@@ -829,36 +829,24 @@ def test_min_active_from_the_label_count():
     assert R.Hyper.from_cfg(m, 983, 3).min_active == 700
 
 
-def _slide_model(compose, tmp_path, *overrides):
-    from pipeline.config import validate
-    from pipeline.context import Context
-    from pipeline.models.slide.model import SlideModel
-    cfg = compose(["model=slide", "dataset=bibtex", "backend=cpu", "progress=false", "tracking.enabled=false",
-                   f"cache_dir={tmp_path}", *overrides])
-    validate(cfg)
-    from pipeline.config import apply_small_preset
-    apply_small_preset(cfg)
-    notes = []
-    ctx = Context(cfg=cfg, backend="cpu", size="small", out_dir=tmp_path)
-    ctx.notice = notes.append
-    m = SlideModel(cfg, ctx)
-    m.prepare()
-    return m, notes
+def _slide_model(prepared, *overrides):
+    m, ctx = prepared("model=slide", "dataset=bibtex", "backend=cpu", "tracking.enabled=false", *overrides)
+    return m, ctx.notices
 
 
-def test_fewer_labels_than_min_active_says_dense(compose, tmp_path):
+def test_fewer_labels_than_min_active_says_dense(compose, tmp_path, prepared):
     """Bibtex (159 labels): unset, min_active is 32 (it was 1500 / the preset's 256: every label
     active, the dense softmax with extra steps); set at or above the labels, one line says so."""
-    m, notes = _slide_model(compose, tmp_path)
+    m, notes = _slide_model(prepared)
     assert m.hp.min_active == 32 and not any("dense softmax" in n for n in notes)
     assert any("min_active=32 (model.min_active unset" in n for n in notes)
-    m, notes = _slide_model(compose, tmp_path, "model.small.min_active=200")
+    m, notes = _slide_model(prepared, "model.small.min_active=200")
     line = [n for n in notes if "dense softmax" in n]
     assert m.hp.min_active == 200 and len(line) == 1 and "\n" not in line[0]
     assert "model.min_active=200 >= the 159 labels of bibtex" in line[0]
 
 
-def test_eval_rows_a_seeded_random_subset(compose, tmp_path):
+def test_eval_rows_a_seeded_random_subset(compose, tmp_path, prepared):
     """model.eval_rows: a seeded random subset of the test file (not its first rows, which XC
     files often sort by label), the same for every variant and every run of the seed."""
     from pipeline.models.slide.model import eval_rows_of
@@ -868,7 +856,7 @@ def test_eval_rows_a_seeded_random_subset(compose, tmp_path):
     np.testing.assert_array_equal(idx, eval_rows_of(2515, 300, 0))
     assert not np.array_equal(idx, eval_rows_of(2515, 300, 1))
     assert eval_rows_of(2515, 0, 0) is None and eval_rows_of(2515, 2515, 0) is None
-    m, notes = _slide_model(compose, tmp_path, "model.eval_rows=300")
+    m, notes = _slide_model(prepared, "model.eval_rows=300")
     t = m.data.test
     assert (m.test.X != t.X[idx]).nnz == 0 and (m.test.Y != t.Y[idx]).nnz == 0
     a, b = m.make_trainer("cpu"), m.make_trainer("cpu_dense")

@@ -74,27 +74,18 @@ def own_files(tmp_path):
     return folder, tr, te
 
 
-def _prepare(compose, tmp_path, overrides):
-    from pipeline.context import Context
-    from pipeline.models.slide.model import SlideModel
-    cfg = compose(["model=slide", "backend=cpu", f"cache_dir={tmp_path / 'cache'}", *overrides])
-    from pipeline.config import validate
-    validate(cfg)
-    notes = []
-    ctx = Context(cfg=cfg, backend="cpu", size="small", out_dir=tmp_path)
-    ctx.notice = notes.append
-    m = SlideModel(cfg, ctx)
-    m.prepare()
-    return m, notes
+def _prepare(prepared, overrides):
+    m, ctx = prepared("model=slide", "backend=cpu", *overrides)
+    return m, ctx.notices
 
 
-def test_named_path_is_read_on_the_cpu_first_rows(compose, tmp_path, own_files):
+def test_named_path_is_read_on_the_cpu_first_rows(compose, tmp_path, own_files, prepared):
     """dataset=amazon670k dataset.path=DIR on the CPU preset trains on DIR's files (not generated data):
     their first small_train_rows / small_test_rows rows, with a notice saying so; and the whole
     files when they are shorter than that."""
     folder, tr, te = own_files
     ov = ["dataset=amazon670k", f"dataset.path={folder}", "dataset.features=0", "dataset.labels=0"]
-    m, notes = _prepare(compose, tmp_path, ov + ["dataset.small_train_rows=200", "dataset.small_test_rows=50"])
+    m, notes = _prepare(prepared, ov + ["dataset.small_train_rows=200", "dataset.small_test_rows=50"])
     d = m.data
     assert (d.n_features, d.n_labels) == (60, 12) and d.source.startswith(f"real: {folder}")
     assert d.train.n == 200 and d.test.n == 50
@@ -103,7 +94,7 @@ def test_named_path_is_read_on_the_cpu_first_rows(compose, tmp_path, own_files):
     said = [n for n in notes if n.startswith(f"dataset.path={folder}")]
     assert said and "first 200 of the 300 rows of train.txt" in said[0] and "first 50 of the 120" in said[0]
     assert "size=full" in said[0] and not any("generates a small preset" in n for n in notes)
-    m, notes = _prepare(compose, tmp_path, ov)                     # preset rows 4000 / 1000 > the files'
+    m, notes = _prepare(prepared, ov)                     # preset rows 4000 / 1000 > the files'
     assert (m.data.train.n, m.data.test.n) == (300, 120)
     assert any("used whole" in n for n in notes)
 
@@ -122,7 +113,7 @@ def test_named_path_trains_on_the_cpu(compose, tmp_path, own_files):
 
 
 @pytest.mark.slow
-def test_named_path_malformed_or_missing_file_fails(compose, tmp_path, own_files, cli):
+def test_named_path_malformed_or_missing_file_fails(compose, tmp_path, own_files, cli, prepared):
     """A malformed line stops the CPU run (exit status != 0) with the reader's one-line error, on the
     command line too; so does a missing file. Nothing is trained on generated data instead."""
     folder, _, _ = own_files
@@ -131,7 +122,7 @@ def test_named_path_malformed_or_missing_file_fails(compose, tmp_path, own_files
     (folder / "train.txt").write_text("\n".join(lines) + "\n")
     ov = ["dataset=amazon670k", f"dataset.path={folder}", "dataset.features=0", "dataset.labels=0"]
     with pytest.raises(DataError) as e:
-        _prepare(compose, tmp_path, ov)
+        _prepare(prepared, ov)
     assert str(e.value).startswith(f"{folder / 'train.txt'}:5: value ") and "\n" not in str(e.value)
     r = cli("model=slide", "backend=cpu", *ov, timeout=120)
     assert r.returncode != 0 and "Traceback" not in r.stderr
@@ -139,7 +130,7 @@ def test_named_path_malformed_or_missing_file_fails(compose, tmp_path, own_files
     assert err and "is not a number" in err[0] and "slide on amazon670k" not in r.stdout
     assert "generates a small preset" not in r.stderr
     with pytest.raises(DataError, match=r"nope.txt: missing file of dataset 'amazon670k'"):
-        _prepare(compose, tmp_path, ov + ["dataset.train=nope.txt"])
+        _prepare(prepared, ov + ["dataset.train=nope.txt"])
 
 
 def test_generator_with_a_path_is_a_config_error(compose, tmp_path, own_files):

@@ -248,9 +248,8 @@ def apply_small_preset(cfg: DictConfig) -> Optional[str]:
     merged = with_small(cfg.model)
     for k in small:
         cfg.model[k] = merged[k]
-    return ("size=small: model " + " ".join(f"{k}={OmegaConf.to_container(v) if isinstance(v, DictConfig) else v}"
-                                          for k, v in ((k, small[k]) for k in small))
-            + " (model.small; model.small=null keeps the full settings)")
+    said = " ".join(f"{k}={v}" for k, v in OmegaConf.to_container(small).items())
+    return f"size=small: model {said} (model.small; model.small=null keeps the full settings)"
 
 
 def is_pow2(x: int) -> bool:

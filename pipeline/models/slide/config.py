@@ -6,7 +6,7 @@ from typing import ClassVar, Dict, List, Optional
 from pipeline.config.xc import check_xc_dataset
 from pipeline.config import ModelConf, is_pow2, require, store, validator, with_small
 from pipeline.models.slide.variants import (HASHES, HIDDEN_MAX, HIDDEN_STEP, INT32_LIMIT, OPTIMIZERS,
-                                            TABLE_BYTES_MAX, code_bits, gb, table_bytes,
+                                            code_bits, gb, table_bytes,
                                             table_segments)
 
 
@@ -67,25 +67,20 @@ def _labels(cfg, small: bool) -> int:
         return 0
 
 
-def check_tables(K: int, L: int, bin_size: int, n_labels: int, key_K: str = "model.K", key_L: str = "model.L",
-                 memory: int = TABLE_BYTES_MAX) -> None:
+def check_tables(K: int, L: int, bin_size: int, n_labels: int, key_K: str = "model.K", key_L: str = "model.L") -> None:
     """One-line ConfigError when the L hash tables cannot exist: more buckets (L * 2^(K * bits)) or
-    (table, label) entries (L * N) than int32 offsets index, or more memory than ``memory`` bytes
-    (default: an H200's); the message says the bytes they would need. ``n_labels`` 0: unknown (the
-    bucket part only)."""
+    (table, label) entries (L * N) than int32 offsets index; the message says the bytes they would
+    need. ``n_labels`` 0: unknown (the bucket part only). Within these limits the tables stay under
+    about 77 GB; whether they fit the device is checked once it is known (SlideModel.prepare)."""
     bits = code_bits(bin_size)
     nseg = table_segments(K, L, bin_size)
-    nbytes = table_bytes(K, L, bin_size, n_labels)
-    need = gb(nbytes)
+    need = gb(table_bytes(K, L, bin_size, n_labels))
     require(nseg < INT32_LIMIT, key_K, K,
             f"L x 2^(K*bits) buckets < 2^31 (int32 table offsets); here {L} x 2^{K * bits} = {nseg:,} buckets, "
             f"whose tables would need {need}; lower {key_K} or {key_L}")
     require(L * n_labels < INT32_LIMIT, key_L, L,
             f"L x labels < 2^31 (int32 table ids); here {L} x {n_labels:,} = {L * n_labels:,}, whose tables would "
             f"need {need}; lower {key_L}")
-    require(nbytes <= memory, key_K, K,
-            f"hash tables within {gb(memory)}; K={K}, L={L}, bin_size={bin_size}"
-            + (f", {n_labels:,} labels" if n_labels else "") + f" need {need}; lower {key_K} or {key_L}")
 
 
 def _check_model(m, small=(), labels: int = 0) -> None:

@@ -114,11 +114,8 @@ def time_to_p1(h: History, target: float) -> Dict[str, float]:
     """The first evaluation (every part with model.eval_every, else every epoch) whose P@1 reaches
     ``target``: ``{"s": training seconds until then (the timed epochs or parts, first table build
     included, evaluation excluded), "epochs": its position in epochs, "p1": its P@1}``; NaN when
-    never reached. (:func:`pipeline.train.time_to_target` on the negated P@1: it looks for "at most".)"""
-    def neg(r):
-        return {**r, "-p@1": -float(r.get("p@1", math.nan))}
-    view = History(h.name, h.kind, records=[neg(r) for r in h.records], parts=[neg(r) for r in h.parts])
-    tt = time_to_target(view, -float(target), "-p@1", ("epoch_ms",))
+    never reached (:func:`pipeline.train.time_to_target`)."""
+    tt = time_to_target(h, float(target), "p@1", ("epoch_ms",), higher_is_better=True)
     p1 = next((float(r["p@1"]) for r in h.evals if float(r.get("p@1", math.nan)) >= target), math.nan)
     return {"s": tt["epoch_ms"] / 1e3, "epochs": tt["epochs"], "p1": p1 if math.isfinite(tt["epochs"]) else math.nan}
 

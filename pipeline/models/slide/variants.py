@@ -21,7 +21,6 @@ HASHES = ("wta", "dwta")
 # and never more than half the labels: a dataset with fewer labels than 1,500 still samples
 MIN_ACTIVE_DEFAULT, MIN_ACTIVE_FRACTION, MIN_ACTIVE_FLOOR = 1500, 0.05, 32
 INT32_LIMIT = 2 ** 31                 # table offsets and ids are int32 on the GPU
-TABLE_BYTES_MAX = 141 * 10 ** 9       # an H200's memory: the largest GPU the suite runs on
 
 
 def default_min_active(n_labels: int) -> int:

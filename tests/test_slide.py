@@ -613,12 +613,10 @@ def test_cli_default_small_preset(cli):
     assert "small preset" in r.stderr and "NumPy reference" in r.stderr
 
 
-def test_gpu_step_check_logic(compose, tmp_path):
+def test_gpu_step_check_logic(prepared):
     """The model's GPU step check, run with the NumPy engine standing in for SlideGPU: it passes
     when the step is the reference's and fails when the engine's gradient is off by 1 %."""
     import types
-    from pipeline.context import Context
-    from pipeline.models.slide.model import SlideModel
 
     class Stand(R.ReferenceEngine):
         scale = 1.0
@@ -636,10 +634,8 @@ def test_gpu_step_check_logic(compose, tmp_path):
             g.W2 *= self.scale
             R.adam_update(self.p, g, self.hp)
 
-    cfg = compose(["model=slide", "dataset=bibtex", "backend=cpu", f"cache_dir={tmp_path}", "batch_size=32",
-                   "model.small.min_active=40"])
-    m = SlideModel(cfg, Context(cfg=cfg, backend="cpu", size="small", out_dir=tmp_path))
-    m.prepare()
+    m, _ = prepared("model=slide", "dataset=bibtex", "backend=cpu", "batch_size=32", "model.small.min_active=40")
+    assert m.hp.min_active == 40                                    # the size=small preset applied
     m.gpu = types.SimpleNamespace(SlideGPU=Stand)
     m.device_split = m.data.train
     m.failures = []

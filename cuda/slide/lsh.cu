@@ -122,7 +122,8 @@ __device__ __forceinline__ bool in_sorted(const int* a, int n, int key)
 // in dynamic shared memory (gscratch == nullptr) or at gscratch + b * 12 * C bytes; dynamic shared
 // memory also holds L + 1 ints. Output: the sample's active ids sorted ascending at
 // out_ids[b * stride ..] (stride >= max_active), their number in out_cnt[b]. overflow[0] +=
-// truncated samples, overflow[1] += neurons dropped by the truncation.
+// truncated samples, overflow[1] += neurons dropped by the truncation; *gathered (optional) += the
+// ids read from the sample's L buckets (a run's work counter).
 extern "C" __global__ void slide_query(const int* __restrict__ sbkt, const int* __restrict__ G,
                                        const int* __restrict__ tids, int L, int nb, int N,
                                        const int* __restrict__ yptr, const int* __restrict__ yidx, int r0,
@@ -130,7 +131,7 @@ extern "C" __global__ void slide_query(const int* __restrict__ sbkt, const int* 
                                        int threshold, int min_active, int max_active, int C,
                                        unsigned char* __restrict__ gscratch,
                                        int* __restrict__ out_ids, int* __restrict__ out_cnt, int stride,
-                                       u64* __restrict__ overflow)
+                                       u64* __restrict__ overflow, u64* __restrict__ gathered)
 {
     extern __shared__ __align__(16) unsigned char dsm[];
     __shared__ int sh[33];
@@ -156,7 +157,10 @@ extern "C" __global__ void slide_query(const int* __restrict__ sbkt, const int* 
         if (t < L) tpos[t] = T + ex;
         T += tot;
     }
-    if (tid == 0) tpos[L] = T;
+    if (tid == 0) {
+        tpos[L] = T;
+        if (gathered) atomicAdd(gathered, (u64)T);
+    }
     __syncthreads();
     // 2. gather (a warp per table)
     for (int t = warp; t < L; t += nw) {

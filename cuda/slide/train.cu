@@ -301,9 +301,10 @@ __device__ __forceinline__ void adam4(float4& w, float4& m, float4& v, const flo
 #endif
 
 // The rows with at least one entry (start[r + 1] > start[r]), in no particular order:
-// rows[0 .. *nrows) (*nrows zeroed beforehand). One thread per row.
+// rows[0 .. *nrows) (*nrows zeroed beforehand). When given, moved[r] = 1 for each such row (the
+// rows a rebuild must hash again; cleared by the rebuild). One thread per row.
 extern "C" __global__ void touched_rows(const int* __restrict__ start, int R, int* __restrict__ rows,
-                                        int* __restrict__ nrows)
+                                        int* __restrict__ nrows, unsigned char* __restrict__ moved)
 {
     const int r = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
     const bool t = r < R && start[r + 1] > start[r];
@@ -311,22 +312,27 @@ extern "C" __global__ void touched_rows(const int* __restrict__ start, int R, in
     int base = 0;
     if (lane == 0 && ballot) base = atomicAdd(nrows, __popc(ballot));
     base = __shfl_sync(0xFFFFFFFFu, base, 0);
-    if (t) rows[base + __popc(ballot & ((1u << lane) - 1u))] = r;
+    if (t) {
+        rows[base + __popc(ballot & ((1u << lane) - 1u))] = r;
+        if (moved) moved[r] = 1;
+    }
 }
 
 // Adam over rows of W (R, HID) (and its bias, when given) with the row gradient computed here:
 //   g[r] = sum_{e in list[start[r] .. start[r+1])} ew[e] * H[sample(e)],  gb[r] = sum ew[e]
 // where sample(e) = e / ediv (ediv > 0) or eb[e]. rows == nullptr: every row r < R (adam: zero
 // gradients decay the moments); else the rows rows[0 .. *nrows) only (lazy_adam). An 8-lane group
-// per row, grid-stride; the row's w, m, v loads are issued before the gradient's.
+// per row, grid-stride; the row's w, m, v loads are issued before the gradient's. acc (optional):
+// += the rows updated (a run's work counter).
 extern "C" __global__ void __launch_bounds__(ROW_THREADS, ROW_MIN_BLOCKS)
 adam_rows(float* __restrict__ W, float* __restrict__ Mw, float* __restrict__ Vw, float* __restrict__ bias,
           float* __restrict__ Mb, float* __restrict__ Vb, int R, const int* __restrict__ rows,
           const int* __restrict__ nrows, const int* __restrict__ start, const int* __restrict__ list,
           const float* __restrict__ ew, int ediv, const int* __restrict__ eb, const float* __restrict__ H,
-          float lr_t, float b1, float b2, float eps)
+          float lr_t, float b1, float b2, float eps, u64* __restrict__ acc)
 {
     const int n = rows ? *nrows : R, j = threadIdx.x & 7;
+    if (acc && blockIdx.x == 0 && threadIdx.x == 0) *acc += (u64)n;
     const int stride = gridDim.x * ROW_GROUPS;
     for (int i = blockIdx.x * ROW_GROUPS + (threadIdx.x >> 3); i < n; i += stride) {
         const int r = rows ? rows[i] : i;

@@ -13,7 +13,7 @@ import numpy as np
 
 from pipeline.errors import ConfigError
 from pipeline.models.base import TrainingModel
-from pipeline.models.slide import reference as ref
+from pipeline.models.slide import floors, reference as ref
 from pipeline.models.slide.variants import REGISTRY, gb, table_bytes
 from pipeline.results import Report
 from pipeline.timing import speedups
@@ -221,7 +221,7 @@ class SlideModel(TrainingModel):
         if dev is None or not getattr(dev, "total_mem", 0):
             return
         params = 12 * (d.n_features + d.n_labels) * hp.hidden             # weights and both Adam moments
-        need = table_bytes(hp.K, hp.L, hp.bin_size, d.n_labels) + params
+        need = table_bytes(hp.K, hp.L, hp.bin_size, d.n_labels, hp.rebuild == "moved") + params
         if need > dev.total_mem:
             raise ConfigError(f"model.K={hp.K} is not allowed: the hash tables ({gb(need - params)}) and the "
                               f"parameters with their Adam moments ({gb(params)}) need {gb(need)}, more than the "
@@ -316,7 +316,7 @@ class SlideModel(TrainingModel):
         p0 = ref.init_params(F, N, hp, rng)
         bins, order = ref.draw_hash(hp, rng), rng.permutation(N)
         B = min(int(m.batch_size), d.train.X.shape[0])
-        pad = rng.integers(0, N, size=B)
+        pad = ref.draw_pads(rng, hp, N, B)
         g = gpu.SlideGPU(self.ctx, hp, p0.copy(), F, N)
         g.set_hash(bins, order)
         g.rebuild()
@@ -345,6 +345,7 @@ class SlideModel(TrainingModel):
         dense = next((b for b in DENSE if b in self.hist), None)
         self.p1_target, target_from = p1_target_of(self.hist, float(m.get("p1_target", 0.0) or 0.0))
         self.reached = {name: time_to_p1(h, self.p1_target) for name, h in self.hist.items()}
+        self.phase_tables = self.phase_floors()
         rows = []
         for name, h in self.hist.items():
             r = {"variant": name, "kind": h.kind, "epochs": h.epochs, "epoch_ms": h.median("epoch_ms"),
@@ -356,6 +357,9 @@ class SlideModel(TrainingModel):
             r["loss"] = h.last("loss")
             r["active_mean"] = _agg(np.mean, h, "active_mean")
             r["active_max"] = _agg(np.max, h, "active_max", int)
+            if name in self.phase_tables:
+                r["rows_touched"] = self.rows_touched[name]
+                r["x_floor"] = self.phase_tables[name]["step"].get("x_floor")
             r["overflow"] = _agg(np.sum, h, "overflow_samples", int)
             r["table_dropped"] = _agg(np.sum, h, "table_dropped", int)
             r["mem_mb"] = h.last("mem_mb")
@@ -368,8 +372,8 @@ class SlideModel(TrainingModel):
             rows.append(r)
         speedups(rows, self.ours, self.baselines, "epoch_ms")
         cols = (["variant", "kind", "epochs", "epoch_ms", "step_ms", "train_s"] + [f"p@{k}" for k in ks] +
-                ["time_to_p1", "p1_target", "p1_popular", "loss", "active_mean", "active_max", "overflow",
-                 "table_dropped", "mem_mb"] +
+                ["time_to_p1", "p1_target", "p1_popular", "loss", "active_mean", "active_max", "rows_touched",
+                 "overflow", "table_dropped", "mem_mb", "x_floor"] +
                 [f"x_vs_{b}" for b in self.baselines] + ([f"p1_vs_{dense}"] if dense else []) + ["step_err"])
         rep = Report(rows=rows, columns=cols, failures=self.failures,
                      title=f"slide on {d.name}: {d.train.X.shape[0]} train / {self.test.X.shape[0]} test rows, "
@@ -384,7 +388,13 @@ class SlideModel(TrainingModel):
                 for key in ("epoch", "steps", "time_s", "epoch_ms", *[f"p@{k}" for k in ks]):
                     rep.series[f"{name}/eval/{key}"] = [float(r.get(key, math.nan)) for r in h.parts]
         self.summarize(rep, rows, ["epoch_ms", "step_ms", "train_s", "loss", "active_mean", "overflow", "step_err",
-                                   "time_to_p1"] + [f"p@{k}" for k in ks], prefixes=("x_vs_", "p1_vs_"))
+                                   "time_to_p1", "rows_touched", "x_floor"] + [f"p@{k}" for k in ks],
+                       prefixes=("x_vs_", "p1_vs_"))
+        for name, table in self.phase_tables.items():
+            for p, vals in table.items():
+                for key, v in vals.items():
+                    rep.metrics[f"summary/{name}/{p}_{key}"] = float(v)
+            rep.notes.append(floors.note(name, table, self.rows_touched[name]))
         rep.metrics["summary/p1_target"] = self.p1_target
         main = self.ours[0]
         rep.metrics["summary/objective"] = float(rows[0]["epoch_ms"]) if rows else math.nan
@@ -398,8 +408,9 @@ class SlideModel(TrainingModel):
                          f"({self.popular.get('p@1', math.nan):.4f}); a model that learned only the label "
                          f"frequencies scores this")
         rep.notes.append(f"{main}: max_active {hp.max_active}, min_active {min(hp.min_active, d.n_labels)}, "
-                         f"threshold {hp.threshold}, rebuild every {hp.rebuild_every} samples "
-                         f"(decay {hp.rebuild_decay}), reshuffle every {hp.reshuffle_every}; "
+                         f"pads {hp.pads} (model.pads), threshold {hp.threshold}, rebuild every {hp.rebuild_every} "
+                         f"samples (decay {hp.rebuild_decay}; model.rebuild={hp.rebuild}), reshuffle every "
+                         f"{hp.reshuffle_every}; "
                          f"x_vs_<b> = b's median epoch time / this row's")
         every = (f"every {int(m.eval_every)} steps and at each epoch's end" if self.parts > 1 else "after every epoch")
         rep.notes.append(f"time_to_p1: training seconds (timed epochs or slices, first table build included, "
@@ -408,6 +419,23 @@ class SlideModel(TrainingModel):
                          f"reached")
         rep.figures["p1_vs_time.png"] = p1_plot(self.hist, f"slide on {d.name}", self.p1_target, self.reached)
         return rep
+
+    def phase_floors(self) -> Dict[str, Dict[str, Dict[str, float]]]:
+        """Per variant of ours that counted its work (reference.WORK): :func:`floors.phase_table` over
+        the whole run (floors with the device's copy bandwidth on the GPU); sets ``rows_touched``."""
+        hp, N = self.hp, self.data.n_labels
+        peaks = getattr(self.ctx, "peaks", None)
+        bw = peaks.bandwidth() if peaks is not None else 0.0
+        out, self.rows_touched = {}, {}
+        for name in self.ours:
+            h = self.hist.get(name)
+            if h is None or "rows_w2" not in h.keys():
+                continue
+            work = {k: sum(v for v in h.series(k) if math.isfinite(v)) for k in ref.WORK + ("rebuilds",)}
+            ms = {p: sum(v for v in h.series(f"{p}_ms") if math.isfinite(v)) for p in ref.PHASES}
+            out[name] = floors.phase_table(work, ms, hp.hidden, N, hp.L, hp.nbuckets, bw)
+            self.rows_touched[name] = work["rows_w2"] / max(work["steps"], 1)
+        return out
 
 
 def _agg(fn, h: History, key: str, cast=float):

@@ -83,64 +83,24 @@ extern "C" __global__ void wta_hash(const float* __restrict__ V, int ldv, int n,
 // and hashes them in every table, i fastest, so that the writes
 //   keys[t * n + i] = ((t * nb + bucket) << rbits) | i
 // are coalesced. One ascending sort of the keys orders them by (table, bucket, insertion rank).
-// KEPT (model.rebuild=moved): the bucket of every hashed (t, i) is also kept at bk[t * n + i]; with
-// moved, only the rows whose moved[order[i]] is set are staged and hashed, the others' buckets are
-// read from bk, so the keys are those of hashing every row as long as the unflagged rows did not
-// change (moved == nullptr: every row); *hashed += the rows hashed.
 // Dynamic shared memory: 4 * TILE * (hid + 1) bytes.
 #define BUILD_TILE 32
-template <bool KEPT>
-__device__ __forceinline__ void build_keys(const float* __restrict__ V, int ldv, int hid, const int* __restrict__ order,
-                                           int n, const int* __restrict__ bins, int L, int nb, int rbits,
-                                           const unsigned char* __restrict__ moved, int* __restrict__ bk,
-                                           unsigned long long* __restrict__ hashed,
-                                           unsigned long long* __restrict__ keys)
-{
-    extern __shared__ float tile[];
-    const int i0 = blockIdx.x * BUILD_TILE, rows = min(BUILD_TILE, n - i0), st = hid + 1;
-    for (int r = threadIdx.y; r < rows; r += blockDim.y) {
-        const int node = __ldg(order + i0 + r);
-        if (KEPT && moved && !moved[node]) continue;
-        const float* src = V + (size_t)node * ldv;
-        for (int k = threadIdx.x; k < hid; k += blockDim.x) tile[r * st + k] = __ldg(src + k);
-    }
-    __syncthreads();
-    const int il = threadIdx.x;                      // blockDim.x == BUILD_TILE: threadIdx.y == 0 is one warp
-    const bool live = il < rows;
-    bool fresh = live;
-    if (KEPT) {
-        fresh = live && (moved == nullptr || moved[__ldg(order + i0 + il)]);
-        if (threadIdx.y == 0) {
-            const unsigned ballot = __ballot_sync(0xFFFFFFFFu, fresh);
-            if (il == 0 && ballot) atomicAdd(hashed, (unsigned long long)__popc(ballot));
-        }
-    }
-    if (!live) return;
-    for (int t = threadIdx.y; t < L; t += blockDim.y) {
-        const size_t k = (size_t)t * n + i0 + il;
-        int b;
-        if (fresh) {
-            b = wta_bucket<false>(tile + il * st, bins, t, nullptr);
-            if (KEPT) bk[k] = b;
-        } else {
-            b = bk[k];
-        }
-        keys[k] = ((unsigned long long)((long long)t * nb + b) << rbits) | (unsigned long long)(i0 + il);
-    }
-}
-
 extern "C" __global__ void wta_build_keys(const float* __restrict__ V, int ldv, int hid, const int* __restrict__ order,
                                           int n, const int* __restrict__ bins, int L, int nb, int rbits,
                                           unsigned long long* __restrict__ keys)
 {
-    build_keys<false>(V, ldv, hid, order, n, bins, L, nb, rbits, nullptr, nullptr, nullptr, keys);
-}
-
-extern "C" __global__ void wta_build_keys_kept(const float* __restrict__ V, int ldv, int hid,
-                                               const int* __restrict__ order, int n, const int* __restrict__ bins,
-                                               int L, int nb, int rbits, const unsigned char* __restrict__ moved,
-                                               int* __restrict__ bk, unsigned long long* __restrict__ hashed,
-                                               unsigned long long* __restrict__ keys)
-{
-    build_keys<true>(V, ldv, hid, order, n, bins, L, nb, rbits, moved, bk, hashed, keys);
+    extern __shared__ float tile[];
+    const int i0 = blockIdx.x * BUILD_TILE, rows = min(BUILD_TILE, n - i0), st = hid + 1;
+    for (int r = threadIdx.y; r < rows; r += blockDim.y) {
+        const float* src = V + (size_t)__ldg(order + i0 + r) * ldv;
+        for (int k = threadIdx.x; k < hid; k += blockDim.x) tile[r * st + k] = __ldg(src + k);
+    }
+    __syncthreads();
+    const int il = threadIdx.x;                      // blockDim.x == BUILD_TILE
+    if (il >= rows) return;
+    for (int t = threadIdx.y; t < L; t += blockDim.y) {
+        const int b = wta_bucket<false>(tile + il * st, bins, t, nullptr);
+        keys[(size_t)t * n + i0 + il] = ((unsigned long long)((long long)t * nb + b) << rbits) |
+                                        (unsigned long long)(i0 + il);
+    }
 }

@@ -301,10 +301,9 @@ __device__ __forceinline__ void adam4(float4& w, float4& m, float4& v, const flo
 #endif
 
 // The rows with at least one entry (start[r + 1] > start[r]), in no particular order:
-// rows[0 .. *nrows) (*nrows zeroed beforehand). When given, moved[r] = 1 for each such row (the
-// rows a rebuild must hash again; cleared by the rebuild). One thread per row.
+// rows[0 .. *nrows) (*nrows zeroed beforehand). One thread per row.
 extern "C" __global__ void touched_rows(const int* __restrict__ start, int R, int* __restrict__ rows,
-                                        int* __restrict__ nrows, unsigned char* __restrict__ moved)
+                                        int* __restrict__ nrows)
 {
     const int r = blockIdx.x * blockDim.x + threadIdx.x, lane = threadIdx.x & 31;
     const bool t = r < R && start[r + 1] > start[r];
@@ -312,10 +311,7 @@ extern "C" __global__ void touched_rows(const int* __restrict__ start, int R, in
     int base = 0;
     if (lane == 0 && ballot) base = atomicAdd(nrows, __popc(ballot));
     base = __shfl_sync(0xFFFFFFFFu, base, 0);
-    if (t) {
-        rows[base + __popc(ballot & ((1u << lane) - 1u))] = r;
-        if (moved) moved[r] = 1;
-    }
+    if (t) rows[base + __popc(ballot & ((1u << lane) - 1u))] = r;
 }
 
 // Adam over rows of W (R, HID) (and its bias, when given) with the row gradient computed here:

@@ -5,8 +5,8 @@ from typing import ClassVar, Dict, List, Optional
 
 from pipeline.config.xc import check_xc_dataset
 from pipeline.config import ModelConf, is_pow2, require, store, validator, with_small
-from pipeline.models.slide.variants import (HASHES, HIDDEN_MAX, HIDDEN_STEP, INT32_LIMIT, OPTIMIZERS, PADS,
-                                            REBUILDS, code_bits, gb, table_bytes, table_segments)
+from pipeline.models.slide.variants import (HASHES, HIDDEN_MAX, HIDDEN_STEP, INT32_LIMIT, OPTIMIZERS,
+                                            code_bits, gb, table_bytes, table_segments)
 
 
 @dataclass
@@ -22,11 +22,9 @@ class SlideConf(ModelConf):
     threshold: int = 1
     min_active: Optional[int] = None  # null: from the labels (variants.default_min_active)
     max_active: int = 0           # 0: from the data
-    pads: str = "sample"          # sample (a pad offset per sample) | batch (one per step, shared)
     rebuild_every: int = 6400     # samples (0: never)
     rebuild_decay: float = 1.0
     reshuffle_every: int = 128000 # samples (0: never)
-    rebuild: str = "full"         # full (hash every W2 row) | moved (only the rows updated since the last build)
     optimizer: str = "lazy_adam"  # adam | lazy_adam
     lr: float = 1e-4
     beta1: float = 0.9
@@ -106,8 +104,6 @@ def _check_model(m, small=(), labels: int = 0) -> None:
     require(m.max_active >= 0, key("max_active"), m.max_active, "0 (from the data) or a positive integer")
     require(m.max_active == 0 or m.min_active is None or m.min_active <= m.max_active, key("min_active"),
             m.min_active, f"<= max_active ({m.max_active}) when that is set")
-    require(m.pads in PADS, key("pads"), m.pads, " or ".join(PADS))
-    require(m.rebuild in REBUILDS, key("rebuild"), m.rebuild, " or ".join(REBUILDS))
     require(m.rebuild_every >= 0, key("rebuild_every"), m.rebuild_every, "samples >= 0 (0: never)")
     require(m.rebuild_decay >= 1.0, key("rebuild_decay"), m.rebuild_decay, ">= 1.0 (1: a fixed period)")
     require(m.reshuffle_every >= 0, key("reshuffle_every"), m.reshuffle_every, "samples >= 0 (0: never)")

@@ -27,18 +27,11 @@ Design (one training step, no host synchronisation):
 
 Table build (``rebuild``): keys ((table, bucket) << rbits | insertion rank) for every (neuron,
 table), one radix sort (CuPy), segment bounds, the last ``bucket_capacity`` of each segment kept
-(FIFO) and scattered to a flat CSR: race-free and deterministic. ``rebuild=moved`` (with
-lazy_adam) keeps every (table, neuron) bucket of the last build; ``touched_rows`` flags the W2 rows
-each update moves, and the next build hashes only the flagged rows (then clears the flags): the
-keys, hence the tables, are those of hashing every row. New hash functions or parameters
-(``set_hash``, ``upload``) hash every row again.
-
-``pads=batch`` needs nothing of its own here: the query takes a pad offset per sample, and the
-caller (``reference.draw_pads``) gives every sample the same one.
+(FIFO) and scattered to a flat CSR: race-free and deterministic.
 
 Work counters (``work``, per epoch, ``reference.WORK``): the bucket ids the query gathered, the W1
-and W2 rows updated, the W2 rows hashed by ``rebuild=moved``; the active entries, the non-zeros and
-the rows of full builds are counted on the host.
+and W2 rows updated; the active entries, the non-zeros and the W2 rows hashed by the builds are
+counted on the host.
 """
 from __future__ import annotations
 
@@ -248,7 +241,7 @@ class _Engine:
         self.k_xcount = k("x_count", "PPiPPP")
         self.k_xscatter = k("x_scatter", "PPiiPPP")
         self.k_adam_rows = k("adam_rows", "PPPPPPiPPPPPiPPffffP")
-        self.k_touched = k("touched_rows", "PiPPP")
+        self.k_touched = k("touched_rows", "PiPP")
         self.k_adam_b1 = k("adam_hidden_bias", "PPPPiffff")
         self.scan = _Scanner(self.lsh_mod)
         self.upload(params)
@@ -263,9 +256,8 @@ class _Engine:
         self.startF = cp.zeros(self.F + 1, cp.int32)
         self.rowsF = cp.empty(self.F, cp.int32)
         self.nrows = cp.zeros(2, cp.int32)                # touched rows of W1, of W2
-        self.work = cp.zeros(4, cp.uint64)                # gathered ids, W1 rows updated, W2 rows updated, rows hashed
-        self.moved = None                                 # rebuild=moved: (N,) uint8 flags of W2 rows updated
-        self.nnz_sum = self.hashed_host = 0
+        self.work = cp.zeros(3, cp.uint64)                # gathered ids, W1 rows updated, W2 rows updated
+        self.nnz_sum = self.hashed = 0
         from pipeline.gpu import device as _dev
         self.sms = int(_dev.info().sm_count)
         self._nnz_cap = 0
@@ -279,7 +271,6 @@ class _Engine:
         for name in ("W1", "b1", "W2", "b2", "mW1", "vW1", "mb1", "vb1", "mW2", "vW2", "mb2", "vb2"):
             setattr(self, name, f32(getattr(p, name)))
         self.t = int(p.t)
-        self.buckets_valid = False                        # new W2: the kept buckets no longer hold
 
     def params(self) -> ref.Params:
         names = ("W1", "b1", "W2", "b2", "mW1", "vW1", "mb1", "vb1", "mW2", "vW2", "mb2", "vb2")
@@ -347,8 +338,7 @@ class _Engine:
         acc = int(self.work.data.ptr) + 8 * (1 + counter)
         if lazy:
             rows = self.rowsN if counter else self.rowsF
-            moved = self.moved if counter and self.moved is not None else 0
-            self.k_touched((-(-R // 256),), (256,), start, _i32(R), rows, nr, moved)
+            self.k_touched((-(-R // 256),), (256,), start, _i32(R), rows, nr)
             grid = 2 * self.sms                            # resident: 2 blocks an SM (the kernel's launch bounds)
         else:
             rows, nr = 0, 0
@@ -441,7 +431,6 @@ class SlideGPU(_Engine):
                                                                   "SLIDE_DWTA": int(bool(hp.dwta))})
         self.k_hash = _fast(self.hash_mod.kernel("wta_hash", "PiiPiPP"))
         self.k_keys = _fast(self.hash_mod.kernel("wta_build_keys", "PiiPiPiiiP"))
-        self.k_keys_kept = _fast(self.hash_mod.kernel("wta_build_keys_kept", "PiiPiPiiiPPPP"))
 
         def lk(name, sig):
             return _fast(self.lsh_mod.kernel(name, sig))
@@ -472,9 +461,6 @@ class SlideGPU(_Engine):
         self.rowsN = cp.empty(self.N, cp.int32)
         self._B = self._C = self._last_B = 0
         self.pad_ring = None
-        if hp.rebuild == "moved" and self.lazy:              # adam moves every row: every build hashes all
-            self.buckets = cp.empty(max(1, self.L * self.N), cp.int32)   # (table t, insertion rank i) at t * N + i
-            self.moved = cp.zeros(self.N, cp.uint8)
 
     # -------------------------------------------------------------- hashing and tables
     def set_hash(self, bins: np.ndarray, node_order: np.ndarray) -> None:
@@ -484,7 +470,6 @@ class SlideGPU(_Engine):
             raise ValueError(f"bins must be ({self.hp.K * self.L}, {self.hp.bin_size}), got {bins.shape}")
         self.bins = cp.asarray(bins)
         self.order = cp.asarray(np.ascontiguousarray(node_order, np.int32))
-        self.buckets_valid = False
 
     def hash_codes(self, V) -> Tuple[object, object]:
         """codes (n, L, K) int32 and buckets (n, L) int32 of the rows of V (device, (n, hidden))."""
@@ -505,18 +490,9 @@ class SlideGPU(_Engine):
         t0 = self.phases.start()
         N, L, M = self.N, self.L, self.L * self.N
         keys = cp.empty(M, cp.uint64)
-        args = (self.W2, _i32(self.H), _i32(self.H), self.order, _i32(N), self.bins, _i32(L), _i32(self.nb),
-                _i32(self.rbits))
-        smem = 4 * 32 * (self.H + 1)
-        if self.moved is None:                                  # rebuild=full (or adam): every row
-            self.k_keys((-(-N // 32),), (32, 8), *args, keys, shared=smem)
-            self.hashed_host += N
-        else:                                                   # the flagged rows (all when the kept buckets are stale)
-            moved = self.moved if self.buckets_valid else 0
-            self.k_keys_kept((-(-N // 32),), (32, 8), *args, moved, self.buckets, int(self.work.data.ptr) + 24,
-                             keys, shared=smem)
-            _memset0(self.moved)
-            self.buckets_valid = True
+        self.k_keys((-(-N // 32),), (32, 8), self.W2, _i32(self.H), _i32(self.H), self.order, _i32(N), self.bins,
+                    _i32(L), _i32(self.nb), _i32(self.rbits), keys, shared=4 * 32 * (self.H + 1))
+        self.hashed += N
         keys.sort()
         sstart = cp.zeros(self.nseg, cp.int32)
         send = cp.zeros(self.nseg, cp.int32)
@@ -664,9 +640,9 @@ class SlideGPU(_Engine):
         steps = self.steps
         entries = int(self.stats_acc.get()[0])
         work = {"steps": steps, "samples": self.samples, "entries": entries, "nnz": self.nnz_sum,
-                "rows_w1": wk[1], "rows_w2": wk[2], "gathered": wk[0], "rows_hashed": wk[3] + self.hashed_host}
+                "rows_w1": wk[1], "rows_w2": wk[2], "gathered": wk[0], "rows_hashed": self.hashed}
         self.work.fill(0)
-        self.nnz_sum = self.hashed_host = 0
+        self.nnz_sum = self.hashed = 0
         out = super().epoch_stats()
         if steps or work["rows_hashed"]:
             out.update(work)

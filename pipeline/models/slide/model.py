@@ -221,7 +221,7 @@ class SlideModel(TrainingModel):
         if dev is None or not getattr(dev, "total_mem", 0):
             return
         params = 12 * (d.n_features + d.n_labels) * hp.hidden             # weights and both Adam moments
-        need = table_bytes(hp.K, hp.L, hp.bin_size, d.n_labels, hp.rebuild == "moved") + params
+        need = table_bytes(hp.K, hp.L, hp.bin_size, d.n_labels) + params
         if need > dev.total_mem:
             raise ConfigError(f"model.K={hp.K} is not allowed: the hash tables ({gb(need - params)}) and the "
                               f"parameters with their Adam moments ({gb(params)}) need {gb(need)}, more than the "
@@ -316,7 +316,7 @@ class SlideModel(TrainingModel):
         p0 = ref.init_params(F, N, hp, rng)
         bins, order = ref.draw_hash(hp, rng), rng.permutation(N)
         B = min(int(m.batch_size), d.train.X.shape[0])
-        pad = ref.draw_pads(rng, hp, N, B)
+        pad = rng.integers(0, N, size=B)
         g = gpu.SlideGPU(self.ctx, hp, p0.copy(), F, N)
         g.set_hash(bins, order)
         g.rebuild()
@@ -408,9 +408,8 @@ class SlideModel(TrainingModel):
                          f"({self.popular.get('p@1', math.nan):.4f}); a model that learned only the label "
                          f"frequencies scores this")
         rep.notes.append(f"{main}: max_active {hp.max_active}, min_active {min(hp.min_active, d.n_labels)}, "
-                         f"pads {hp.pads} (model.pads), threshold {hp.threshold}, rebuild every {hp.rebuild_every} "
-                         f"samples (decay {hp.rebuild_decay}; model.rebuild={hp.rebuild}), reshuffle every "
-                         f"{hp.reshuffle_every}; "
+                         f"threshold {hp.threshold}, rebuild every {hp.rebuild_every} samples "
+                         f"(decay {hp.rebuild_decay}), reshuffle every {hp.reshuffle_every}; "
                          f"x_vs_<b> = b's median epoch time / this row's")
         every = (f"every {int(m.eval_every)} steps and at each epoch's end" if self.parts > 1 else "after every epoch")
         rep.notes.append(f"time_to_p1: training seconds (timed epochs or slices, first table build included, "

@@ -13,19 +13,16 @@ whose softmax runs over a per-sample *active set* chosen by locality-sensitive h
   in insertion order; the overwritten inserts are counted (``dropped``). Stored per table as CSR.
 * **Query.** Sample b is hashed with h_b; the ids in its L buckets are counted; those seen in at
   least ``threshold`` tables are candidates; in training the sample's labels join; a set smaller
-  than ``min(min_active, N)`` is padded by walking ``node_order`` from a random offset (drawn per
-  sample, ``pads=sample``, or once a step for every sample, ``pads=batch``); a set larger
+  than ``min(min_active, N)`` is padded by walking ``node_order`` from a random offset; a set larger
   than ``max_active`` keeps the labels (ascending id), then candidates by (count desc, id asc), then
   pads in walk order, and the truncation is counted. The set is stored sorted by id.
 * **Step.** Softmax cross-entropy over the active set against ``1/|labels|`` targets, mean over the
   batch (samples without labels contribute no loss and no gradient); backward to both layers; Adam
   over every parameter (``adam``) or only over the rows the step touched (``lazy_adam``).
 * **Schedule.** One host ``Generator(PCG64(seed))`` draws W1, b1, W2, b2, the hash functions,
-  node_order, then every step's pad offsets (:func:`draw_pads`), every epoch's shuffle (when
-  enabled) and every reshuffle's new hash functions and node_order. Tables are rebuilt every
-  ``rebuild_every`` samples (period times ``rebuild_decay`` after each rebuild) and re-hashed every
-  ``reshuffle_every``. ``rebuild=moved`` keeps each neuron's buckets from the last build and hashes
-  again only the W2 rows updated since: the same tables as hashing every row.
+  node_order, then every step's pad offsets, every epoch's shuffle (when enabled) and every
+  reshuffle's new hash functions and node_order. Tables are rebuilt every ``rebuild_every`` samples
+  (period times ``rebuild_decay`` after each rebuild) and re-hashed every ``reshuffle_every``.
 
 Storage is float32; sums run in float64 where that is cheap. Every function is dtype-generic so a
 float64 copy of the parameters gives float64 results (the finite-difference checks use that).
@@ -70,8 +67,6 @@ class Hyper:
     rebuild_every: int = 6400         # samples; 0: never
     rebuild_decay: float = 1.0
     reshuffle_every: int = 128000     # samples; 0: never
-    pads: str = "sample"              # sample: a pad offset per sample; batch: one offset a step for all
-    rebuild: str = "full"             # full: hash every W2 row; moved: only those updated since the last build
 
     @property
     def bits(self) -> int:
@@ -245,13 +240,9 @@ def wta_codes(V: np.ndarray, bins: np.ndarray, hp: Hyper, chunk: int = 2048) -> 
 def build_tables(W2: np.ndarray, bins: np.ndarray, node_order: np.ndarray, hp: Hyper) -> Tables:
     """Hash every output neuron into the L tables in ``node_order``; each bucket keeps its last
     ``bucket_capacity`` inserts in insertion order."""
-    return tables_of(wta_codes(W2, bins, hp)[1], node_order, hp)
-
-
-def tables_of(bk: np.ndarray, node_order: np.ndarray, hp: Hyper) -> Tables:
-    """The tables of neurons whose bucket in table t is ``bk[n, t]`` ((N, L)), inserted in ``node_order``."""
-    N, L, nb, cap = bk.shape[0], hp.L, hp.nbuckets, hp.bucket_capacity
+    N, L, nb, cap = W2.shape[0], hp.L, hp.nbuckets, hp.bucket_capacity
     node_order = np.asarray(node_order, np.int64)
+    _, bk = wta_codes(W2, bins, hp)                        # (N, L)
     key = (np.arange(L, dtype=np.int64)[:, None] * nb + bk[node_order].T).ravel()   # (t, rank) order
     order = np.argsort(key, kind="stable")                 # by (table, bucket, insertion rank)
     sk = key[order]
@@ -497,15 +488,6 @@ def adam_update(params: Params, grads: Grads, hp: Hyper, touched=None) -> None:
             w[rows] = w[rows] - lr_t * mr / (np.sqrt(vr) + eps)
 
 
-def draw_pads(rng: np.random.Generator, hp: Hyper, N: int, n: int) -> np.ndarray:
-    """A step's pad offsets for its ``n`` samples: ``pads=sample`` draws ``integers(0, N, size=n)``, one
-    walk start per sample; ``pads=batch`` draws ``integers(0, N, size=1)``, the start of every sample's
-    walk, so the samples pad mostly with the same neurons."""
-    if hp.pads == "batch":
-        return np.repeat(rng.integers(0, N, size=1), n)
-    return rng.integers(0, N, size=n)
-
-
 def train_step(Xb: sp.csr_matrix, labels, params: Params, tables: Tables, bins: np.ndarray,
                node_order: np.ndarray, pad_off: np.ndarray, hp: Hyper):
     """Query, forward/backward and Adam for one batch; returns (loss, active)."""
@@ -623,8 +605,6 @@ class ReferenceEngine:
         self.hp, self.p, self.F, self.N = hp, params, n_features, n_labels
         self.bins = self.node_order = self.tables = None
         self.clock, self.stats = _Clock(), _StepStats()
-        self.buckets: Optional[np.ndarray] = None      # rebuild=moved: (N, L) buckets of the last build
-        self.moved = np.zeros(n_labels, bool)          # W2 rows updated since the last build
 
     def batch(self, split, r0: int, r1: int, order: Optional[np.ndarray] = None) -> HostBatch:
         rows = slice(r0, r1) if order is None else order[r0:r1]
@@ -632,23 +612,12 @@ class ReferenceEngine:
 
     def set_hash(self, bins: np.ndarray, node_order: np.ndarray) -> None:
         self.bins, self.node_order = np.asarray(bins, np.int32), np.asarray(node_order, np.int64)
-        self.buckets = None
 
     def rebuild(self) -> None:
-        """The tables of the current W2. ``rebuild=moved`` hashes only the rows flagged since the last
-        build (new hash functions: every row) and keeps the others' buckets: the same tables."""
+        """The tables of the current W2 (every row hashed)."""
         self.clock.start()
-        if self.hp.rebuild == "moved" and self.buckets is not None:
-            rows = np.flatnonzero(self.moved)
-            self.buckets[rows] = wta_codes(self.p.W2[rows], self.bins, self.hp)[1]
-        else:
-            rows = np.arange(self.N)
-            self.buckets = wta_codes(self.p.W2, self.bins, self.hp)[1]
-        self.tables = tables_of(self.buckets, self.node_order, self.hp)
-        if self.hp.rebuild != "moved":
-            self.buckets = None
-        self.moved[:] = False
-        self.stats.work["rows_hashed"] += int(rows.size)
+        self.tables = build_tables(self.p.W2, self.bins, self.node_order, self.hp)
+        self.stats.work["rows_hashed"] += self.N
         self.stats.dropped += self.tables.dropped
         self.stats.rebuilds += 1
         self.clock.lap("rebuild")
@@ -670,7 +639,6 @@ class ReferenceEngine:
                       np.unique(act.ids).astype(np.int64))
         adam_update(p, grads, hp)
         lazy = hp.optimizer == "lazy_adam"
-        self.moved[grads.rows_W2 if lazy else slice(None)] = True
         c.lap("update")
         s = self.stats
         w = s.work
@@ -773,7 +741,8 @@ class SlideTrainer:
 
     def step(self, batch, n: int) -> None:
         self.build()
-        self.engine.step(batch, draw_pads(self.rng, self.hp, self.N, n))
+        pad_off = self.rng.integers(0, self.N, size=n)
+        self.engine.step(batch, pad_off)
         self.S += n
         if self.S >= self.next_reshuffle:
             self.bins = draw_hash(self.hp, self.rng)

@@ -14,8 +14,6 @@ REGISTRY = Registry("slide", [
 HIDDEN_STEP, HIDDEN_MAX = 32, 256     # the CUDA kernels take hidden widths in multiples of 32 (registers: <= 256)
 OPTIMIZERS = ("adam", "lazy_adam")    # adam: every parameter every step (the paper); lazy_adam: touched rows
 HASHES = ("wta", "dwta")
-PADS = ("sample", "batch")            # sample: a pad offset per sample (the paper); batch: one a step, shared
-REBUILDS = ("full", "moved")          # full: hash every W2 row; moved: only the rows updated since the last build
 
 # model.min_active unset (null): G-SLIDE's 1,500 (its setting for Amazon-670K and Wiki-325K, 0.2-0.5 % of
 # their labels), or 5 % of the labels when that is fewer (SLIDE sets its output sparsity per dataset), at
@@ -42,12 +40,11 @@ def table_segments(K: int, L: int, bin_size: int) -> int:
     return int(L) << (int(K) * code_bits(bin_size))
 
 
-def table_bytes(K: int, L: int, bin_size: int, n_labels: int = 0, moved: bool = False) -> int:
+def table_bytes(K: int, L: int, bin_size: int, n_labels: int = 0) -> int:
     """Device memory the hash tables take at their peak (a rebuild; pipeline/models/slide/gpu.py): per
     bucket the int32 offsets and the rebuild's three int32 bounds (16 B), per (table, label) the int32
-    id, the uint64 sort key and the sort's copy of it (20 B), and with ``moved`` (model.rebuild=moved)
-    the kept int32 bucket (4 B more). ``n_labels`` 0: the bucket part only."""
-    return 16 * table_segments(K, L, bin_size) + 4 + (24 if moved else 20) * int(L) * int(n_labels)
+    id, the uint64 sort key and the sort's copy of it (20 B). ``n_labels`` 0: the bucket part only."""
+    return 16 * table_segments(K, L, bin_size) + 4 + 20 * int(L) * int(n_labels)
 
 
 def gb(nbytes: float) -> str:

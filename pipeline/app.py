@@ -15,7 +15,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import hydra
 from hydra.errors import HydraException
@@ -42,9 +42,13 @@ def _job(cfg: DictConfig) -> float:
     except PipelineError as e:
         if HydraConfig.get().mode.name == "MULTIRUN" or os.environ.get("PIPELINE_RAISE") == "1":
             raise
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        sys.exit(e.exit_code)
+        _fail(str(e), e.exit_code)
     return float(report.metrics.get("summary/objective", 0.0))
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
 
 
 _OVERRIDE = re.compile(r"Could not override '([^']+)'")
@@ -130,33 +134,27 @@ def main() -> None:
     except PipelineError as e:
         if full:
             raise
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        sys.exit(e.exit_code)
+        _fail(str(e), e.exit_code)
     except SweepAbort as e:
-        print(f"error: {e.error}", file=sys.stderr, flush=True)
-        sys.exit(e.error.exit_code)
+        _fail(str(e.error), e.error.exit_code)
     except (HydraException, OmegaConfBaseException) as e:
         if full:
             raise
-        print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        _fail(one_line(e), 2)
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        sys.exit(130)
+        _fail("interrupted", 130)
     except MemoryError as e:
         if full:
             raise
-        print(f"error: out of host memory ({str(e).strip() or type(e).__name__}): the sizes asked for do not fit; "
-              "lower them (batch_size, the model.* and dataset.* sizes) or use size=small", file=sys.stderr, flush=True)
-        sys.exit(2)
+        _fail(f"out of host memory ({str(e).strip() or type(e).__name__}): the sizes asked for do not fit; lower "
+              "them (batch_size, the model.* and dataset.* sizes) or use size=small", 2)
     except Exception as e:
         if full:
             raise
         if type(e).__name__ in LAUNCHER_JOB_DIED:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            print(f"error: a job of the sweep died ({type(e).__name__}: {first}); its run is marked FAILED, the "
-                  "runs of the jobs that finished are in MLflow", file=sys.stderr, flush=True)
-            sys.exit(1)
+            _fail(f"a job of the sweep died ({type(e).__name__}: {first}); its run is marked FAILED, the runs of "
+                  "the jobs that finished are in MLflow", 1)
         traceback.print_exc()
         sys.exit(1)
 

@@ -94,13 +94,8 @@ RATIO_SPREAD = 0.10   # bench.ratio_spread: a ratio whose per-round IQR exceeds 
 
 def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, tolerance: float,
             speedup_over: Sequence[str] = ()) -> List[Dict[str, Any]]:
-    """Rows of (case, variant) measurements; see the module docstring.
-
-    The variants of a case are checked one by one, then timed together, interleaved
-    (:func:`pipeline.timing.time_interleaved`), so that a ratio sees the same load on both sides.
-    ``x_vs_<b>`` is the median of the per-round ratios ``b``'s time / the variant's time;
-    ``ratio_spread`` the largest of their interquartile ranges over their medians, and
-    ``ratio_unstable`` is set (with a notice) when it exceeds ``bench.ratio_spread``."""
+    """Rows of (case, variant) measurements, as the module docstring says; ``ratio_unstable`` is set
+    (with a notice) where ``ratio_spread`` exceeds ``bench.ratio_spread``."""
     rows: List[Dict[str, Any]] = []
     limit = float(ctx.cfg.bench.get("ratio_spread", RATIO_SPREAD))
     if not ctx.cuda and cpu_threads(ctx.cfg.bench) > 0:
@@ -138,8 +133,7 @@ def measure(cases: Sequence[Case], variants: Sequence[Variant], ctx: Context, to
                 errs = (v.check or compare)(outputs, expected)
                 err = max(errs.values()) if errs else float("nan")
                 tol = v.tolerance if v.tolerance is not None else tolerance
-                ok = bool(np.isfinite(err) and err <= tol)
-                row.update(rel_err=err, tol=tol, ok=ok)
+                row.update(rel_err=err, tol=tol, ok=bool(np.isfinite(err) and err <= tol))
             alive.append(outputs)   # run() writes into these buffers: they must outlive the timing
             case_rows.append(row)
             runs.append(run)

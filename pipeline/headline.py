@@ -3,6 +3,7 @@ the paper's own variant did, for every case of the report (a short count when th
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence
 
 from pipeline.results import case_columns
@@ -126,19 +127,17 @@ def fastest_lines(rows: Sequence[Dict[str, Any]], paper: Optional[str] = None,
         cases.setdefault(ident, []).append(r)
     if len(cases) <= MAX_CASE_LINES:
         return [line for rs in cases.values() if (line := _line(rs, key, paper, measures))]
-    wins: Dict[str, int] = {}
+    wins: Counter = Counter()
     beaten = 0
     for rs in cases.values():
         good = [r for r in rs if r.get("ok", True) is not False and not math.isnan(row_ms(r, key))]
         ours = [r for r in good if r.get("kind") == "ours"]
-        if not ours:
-            continue
-        b = min(ours, key=lambda r: row_ms(r, key))
-        wins[b["variant"]] = wins.get(b["variant"], 0) + 1
-        beaten += any(r.get("kind") == "baseline" and row_ms(r, key) < row_ms(b, key) for r in good)
+        if ours:
+            b = min(ours, key=lambda r: row_ms(r, key))
+            wins[b["variant"]] += 1
+            beaten += any(r.get("kind") == "baseline" and row_ms(r, key) < row_ms(b, key) for r in good)
     if not wins:
         return []
-    order = sorted(wins.items(), key=lambda kv: -kv[1])
-    text = ", ".join(f"{v} in {n}" for v, n in order)
+    text = ", ".join(f"{v} in {n}" for v, n in wins.most_common())
     tail = f"; a baseline was faster in {beaten}" if beaten else "; faster than every baseline in each"
     return [f"fastest of ours over {len(cases)} cases: {text}{tail} (per case: the table)"]

@@ -65,8 +65,9 @@ def case_columns(row: Dict[str, Any]) -> List[str]:
     return cols[: cols.index(CASE_END)] if CASE_END in cols else []
 
 
-def _number(v: Any) -> Optional[float]:
-    if isinstance(v, (bool, str)) or v is None or not isinstance(v, numbers.Real):
+def finite_number(v: Any) -> Optional[float]:
+    """``v`` as a float when it is a real number (also a NumPy scalar; not a bool) and not NaN, else None."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
         return None
     f = float(v)
     return f if f == f else None
@@ -81,17 +82,12 @@ def variant_metrics(rows: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     names = [r.get(CASE_END) for r in rows]
     if not rows or None in names or len(set(names)) != len(names):
         return None
-    case: Dict[str, Any] = {}
-    cols = case_columns(rows[0])
-    for c in cols:
-        vals = {str(r.get(c)) for r in rows}
-        if len(vals) == 1:
-            case[c] = rows[0].get(c)
+    case = {c: rows[0].get(c) for c in case_columns(rows[0]) if len({str(r.get(c)) for r in rows}) == 1}
     metrics: Dict[str, float] = {}
     for r in rows:
         skip = set(case_columns(r)) | NOT_MEASURES | {CASE_END}
         for c, v in r.items():
-            f = _number(v)
+            f = finite_number(v)
             if c not in skip and f is not None:
                 metrics[f"{r[CASE_END]}/{c}"] = f
     return {"metrics": metrics, "case": case}
@@ -129,10 +125,8 @@ def format_table(rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[str]
         lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
         lines += ["| " + " | ".join(row) + " |" for row in cells]
         return "\n".join(lines)
-    line = "  ".join(c.ljust(w) for c, w in zip(cols, widths))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
-    return "\n".join(out)
+    lines = [cols, ["-" * w for w in widths]] + cells
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in lines)
 
 
 def to_csv(rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[str]] = None) -> str:
@@ -142,6 +136,5 @@ def to_csv(rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[str]] = No
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
     w.writeheader()
-    for r in rows:
-        w.writerow(r)
+    w.writerows(rows)
     return buf.getvalue()

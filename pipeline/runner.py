@@ -111,8 +111,7 @@ def _run(cfg: DictConfig, cls, out_dir: Path, echo: bool, gpus: "pool.Claim") ->
 
 
 def _add_run_metrics(report: Report, ctx, stage_s) -> None:
-    for k, v in stage_s.items():
-        report.metrics[f"stage_seconds/{k}"] = v
+    report.metrics.update({f"stage_seconds/{k}": v for k, v in stage_s.items()})
     if ctx.peaks is not None:
         report.metrics.update({"device/copy_gbps": ctx.peaks.copy_gbps,
                                "device/fp32_tflops": ctx.peaks.fp32_tflops,

@@ -4,15 +4,18 @@ compute-sanitizer). An entry is one ``python -m pipeline`` run: its overrides as
 command line. ``scripts/gpu_suite.py`` runs them; a CPU test composes every one.
 
 A file may also have a ``headline:`` list: the measures the model is summed up by in the README's
-results table (``scripts/gpu_suite.py render``), each a mapping (``HEADLINE_KEYS``) whose ``run``
+results table (``scripts/gpu_suite.py render``), each a mapping (:class:`Headline`) whose ``run``
 is a ``bench:`` entry of the file by its number (1 = the first, as ``gpu_suite.py list`` numbers
 them) or, for a run not in the list, that run's own overrides."""
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
+
+from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from pipeline.errors import ConfigError
 from pipeline.root import CONF_DIR
@@ -29,18 +32,18 @@ class Headline:
     of it, which ``column`` (in ``unit``), and whether more is better. Rows of kind ``ours`` compete
     with rows of kind ``baseline``; with ``baseline_when`` (column: value) the rows matching it are
     the baselines and every other row is ours. A row is named by its ``name_column``. ``also``:
-    other runs measuring the same (e.g. with fewer baselines)."""
-    suite: str
-    model: str
-    measure: str
-    run: List[str]
-    column: str
+    other runs measuring the same (e.g. with fewer baselines). Also the schema of a ``headline:`` entry."""
+    model: str = MISSING
+    measure: str = MISSING
+    run: Any = MISSING                 # a bench entry's number or a run's overrides; loaded: List[str]
+    column: str = MISSING
     unit: str = ""
     case: Optional[str] = None
     higher_is_better: bool = False
     name_column: str = "variant"
     baseline_when: Dict[str, str] = field(default_factory=dict)
-    also: List[List[str]] = field(default_factory=list)
+    also: List[Any] = field(default_factory=list)            # as ``run``
+    suite: str = ""                    # the file's name (set by load)
 
     def side(self, row: Dict[str, Any]) -> Optional[str]:
         """'ours' or 'baseline' for a row that competes, None for one that does not (a floor)."""
@@ -49,11 +52,6 @@ class Headline:
             return "baseline" if base else "ours"
         kind = row.get("kind")
         return kind if kind in ("ours", "baseline") else None
-
-
-HEADLINE_KEYS = {"model": str, "measure": str, "run": (int, str), "column": str, "unit": str, "case": str,
-                 "higher_is_better": bool, "name_column": str, "baseline_when": dict, "also": list}
-HEADLINE_REQUIRED = ("model", "measure", "run", "column")
 
 
 @dataclass
@@ -82,29 +80,30 @@ def _headline_run(path: Path, where: str, run: Any, bench: Sequence[List[str]]) 
 
 
 def _headline(path: Path, i: int, raw: Any, bench: Sequence[List[str]]) -> Headline:
+    """A ``headline:`` entry merged into the :class:`Headline` schema, which checks its keys and types."""
     where = f"headline[{i}]"
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: {where} must be a mapping with {', '.join(HEADLINE_REQUIRED)}, not {raw!r}")
-    for key, value in raw.items():
-        if key not in HEADLINE_KEYS:
-            raise ConfigError(f"{path}: {where}: unknown key {key!r}; one of {', '.join(HEADLINE_KEYS)}")
-        want = HEADLINE_KEYS[key]
-        if not isinstance(value, want) or isinstance(value, bool) and want is not bool:
-            kinds = " or ".join(t.__name__ for t in (want if isinstance(want, tuple) else (want,)))
-            raise ConfigError(f"{path}: {where}.{key} = {value!r}: expected a {kinds}")
-    missing = [k for k in HEADLINE_REQUIRED if k not in raw]
+        raise ConfigError(f"{path}: {where} must be a mapping with model, measure, run and column, not {raw!r}")
+    keys = [f.name for f in fields(Headline) if f.name != "suite"]
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(Headline), raw)
+    except ConfigKeyError as e:
+        raise ConfigError(f"{path}: {where}: unknown key {e.key!r}; one of {', '.join(keys)}") from None
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{path}: {where}.{e.full_key} = {e.value!r}: {str(e.msg).splitlines()[0]}") from None
+    missing = OmegaConf.missing_keys(merged)
     if missing:
-        raise ConfigError(f"{path}: {where} lacks {', '.join(missing)}")
-    fields = dict(raw, suite=path.stem, run=_headline_run(path, f"{where}.run", raw["run"], bench),
-                  also=[_headline_run(path, f"{where}.also[{j}]", a, bench) for j, a in enumerate(raw.get("also", []))],
-                  baseline_when={str(k): str(v) for k, v in raw.get("baseline_when", {}).items()})
-    return Headline(**fields)
+        raise ConfigError(f"{path}: {where} lacks {', '.join(k for k in keys if k in missing)}")
+    h = OmegaConf.to_object(merged)
+    h.suite = path.stem
+    h.run = _headline_run(path, f"{where}.run", h.run, bench)
+    h.also = [_headline_run(path, f"{where}.also[{j}]", a, bench) for j, a in enumerate(h.also)]
+    return h
 
 
 def load(path: Path) -> Suite:
     """One suite file; a one-line ConfigError for a key other than bench/sanitize/headline, an entry
     that is not a string of overrides or a headline that is not well formed."""
-    from omegaconf import OmegaConf
     path = Path(path)
     raw = OmegaConf.to_container(OmegaConf.load(path)) or {}
     if not isinstance(raw, dict):

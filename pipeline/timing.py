@@ -59,23 +59,29 @@ def pinned_threads(bench):
         yield
 
 
+class _CpuClock:
+    """``perf_counter`` with the interface of :class:`pipeline.gpu.timer.CudaClock`."""
+
+    def sample(self, fn: Callable[[], object], calls: int, i: int = 0) -> List[float]:
+        out = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+
+    def warm(self, fn: Callable[[], object], n: int, i: int = 0) -> float:
+        return float(np.median(self.sample(fn, max(n, 1))))
+
+
 def time_cpu(fn: Callable[[], object], bench) -> Timing:
-    with pinned_threads(bench):
-        return _time_cpu(fn, bench)
-
-
-def _time_cpu(fn: Callable[[], object], bench) -> Timing:
     warmup, min_rep, max_rep, min_ms = policy(bench)
-    for _ in range(warmup):
-        fn()
     samples: List[float] = []
-    total = 0.0
-    while len(samples) < max_rep and (len(samples) < min_rep or total < min_ms):
-        t0 = time.perf_counter()
-        fn()
-        dt = (time.perf_counter() - t0) * 1e3
-        samples.append(dt)
-        total += dt
+    with pinned_threads(bench):
+        for _ in range(warmup):
+            fn()
+        while len(samples) < max_rep and (len(samples) < min_rep or sum(samples) < min_ms):
+            samples += _CpuClock().sample(fn, 1)
     return Timing.of(samples)
 
 
@@ -88,8 +94,7 @@ class Interleaved:
 
     def ratio(self, num: int, den: int) -> "Ratio":
         """Per-round ``rounds[num] / rounds[den]`` (e.g. baseline time over variant time)."""
-        r = [a / b for a, b in zip(self.rounds[num], self.rounds[den]) if b > 0]
-        return Ratio.of(r)
+        return Ratio.of([a / b for a, b in zip(self.rounds[num], self.rounds[den]) if b > 0])
 
 
 @dataclass
@@ -106,24 +111,6 @@ class Ratio:
         return cls(float(med), float((q3 - q1) / med) if med > 0 else float("nan"), len(values))
 
 
-class _CpuClock:
-    def warm(self, fn, n):
-        t = []
-        for _ in range(max(n, 1)):
-            t0 = time.perf_counter()
-            fn()
-            t.append((time.perf_counter() - t0) * 1e3)
-        return float(np.median(t))
-
-    def sample(self, fn, calls):
-        out = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1e3)
-        return out
-
-
 def time_interleaved(fns: Sequence[Callable[[], object]], bench, backend: str = "cpu",
                      streams: Optional[Sequence] = None) -> Interleaved:
     """Time several functions side by side, in rounds (see the module's docstring).
@@ -136,24 +123,16 @@ def time_interleaved(fns: Sequence[Callable[[], object]], bench, backend: str = 
     function is short of ``min_time_ms`` because the warm-up underestimated it. On the CPU the
     thread pools are pinned (:func:`pinned_threads`)."""
     if backend == "cuda":
-        return _time_interleaved(fns, bench, backend, streams)
+        from pipeline.gpu.timer import CudaClock
+        return _interleave(fns, bench, CudaClock(bench, list(streams) if streams is not None else [None] * len(fns)))
     with pinned_threads(bench):
-        return _time_interleaved(fns, bench, backend, streams)
+        return _interleave(fns, bench, _CpuClock())
 
 
-def _time_interleaved(fns, bench, backend, streams) -> Interleaved:
+def _interleave(fns, bench, clock) -> Interleaved:
     warmup, min_rep, max_rep, min_ms = policy(bench)
     k = len(fns)
-    if backend == "cuda":
-        from pipeline.gpu.timer import CudaClock
-        clock = CudaClock(bench, list(streams) if streams is not None else [None] * k)
-        warm = lambda i: clock.warm(fns[i], warmup, i)              # noqa: E731
-        sample = lambda i, c: clock.sample(fns[i], c, i)            # noqa: E731
-    else:
-        clock = _CpuClock()
-        warm = lambda i: clock.warm(fns[i], warmup)                 # noqa: E731
-        sample = lambda i, c: clock.sample(fns[i], c)               # noqa: E731
-    est = [warm(i) for i in range(k)]
+    est = [clock.warm(fns[i], warmup, i) for i in range(k)]
     want = [min(max_rep, max(min_rep, math.ceil(min_ms / t) if t > 0 else max_rep)) for t in est]
     n_rounds = max(1, min(want))
     calls = [max(1, math.ceil(w / n_rounds)) for w in want]
@@ -164,7 +143,7 @@ def _time_interleaved(fns, bench, backend, streams) -> Interleaved:
             sum(samples[i]) < min_ms and len(samples[i]) < max_rep for i in range(k))):
         order = range(k) if r % 2 == 0 else reversed(range(k))
         for i in order:
-            s = sample(i, calls[i])
+            s = clock.sample(fns[i], calls[i], i)
             samples[i] += s
             rounds[i].append(float(np.median(s)))
         r += 1
@@ -177,29 +156,6 @@ def timer_for(backend: str):
         from pipeline.gpu.timer import time_cuda
         return time_cuda
     return time_cpu
-
-
-class Interval:
-    """Time one interval of work (e.g. a training epoch) on ``backend``: CUDA events on ``stream``
-    (default: the stream our launches use, see pipeline.gpu.graphs.current_stream; ``stop`` waits
-    for the device), ``perf_counter`` on the CPU. ``stop`` -> ms."""
-
-    def __init__(self, backend: str, stream=None):
-        self.cuda = backend == "cuda"
-        if self.cuda:
-            from pipeline.gpu.timer import CudaInterval
-            self._clock = CudaInterval(stream)
-
-    def start(self) -> None:
-        if self.cuda:
-            self._clock.start()
-        else:
-            self._t0 = time.perf_counter()
-
-    def stop(self) -> float:
-        if self.cuda:
-            return self._clock.stop()
-        return (time.perf_counter() - self._t0) * 1e3
 
 
 class IntervalSum:
@@ -231,6 +187,22 @@ class IntervalSum:
         if self.cuda:
             self._clock.reset()
         self.ms = 0.0
+
+
+class Interval:
+    """Time one interval of work (e.g. a training epoch): ``start()``, then ``stop()`` -> ms (waiting
+    for the device); an :class:`IntervalSum` of one."""
+
+    def __init__(self, backend: str, stream=None):
+        self._sum = IntervalSum(backend, stream)
+
+    def start(self) -> None:
+        self._sum.reset()
+        self._token = self._sum.start()
+
+    def stop(self) -> float:
+        self._sum.stop(self._token)
+        return self._sum.total_ms()
 
 
 def speedups(rows: List[Dict[str, Any]], ours: Sequence[str], baselines: Sequence[str], col: str = "median_ms",

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import contextlib
-import numbers
 import os
 import re
 import sys
@@ -24,7 +23,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.errors import ConfigError, PipelineError
-from pipeline.results import Report, case_columns, format_table, to_csv, variant_metrics
+from pipeline.results import Report, case_columns, finite_number, format_table, to_csv, variant_metrics
 
 PARENT_ENV = "PIPELINE_MLFLOW_PARENT_RUN"
 EXPERIMENT_ENV = "PIPELINE_MLFLOW_EXPERIMENT"
@@ -36,43 +35,33 @@ def store_dir(tcfg) -> Path:
     return Path(str(tcfg.dir)).expanduser().resolve()
 
 
-def store_uri(tcfg) -> str:
-    return f"sqlite:///{store_dir(tcfg) / 'mlflow.db'}"
-
-
 LOCK_TIMEOUT_S = 300.0
 
 
 def setup(tcfg) -> str:
-    """Create the store (once) and point MLflow at it; returns the URI.
-
-    Creating a SQLite store runs MLflow's schema migrations, which fail (and can leave the store
-    half-migrated) when several processes do it at once: two terminals, a shell loop, a cluster
-    array. Every process therefore opens the store under one file lock beside it; the first creates
-    and migrates it, the others wait and then find it ready."""
+    """Check the server, or create the SQLite store (once: :func:`ready_store`); point MLflow at it
+    and return its URI."""
     import mlflow
-    if server_uri(tcfg):
-        uri = server_uri(tcfg)
+    uri = server_uri(tcfg)
+    if uri:
         check_server(uri)
-        mlflow.set_tracking_uri(uri)
-        return uri
-    d = store_dir(tcfg)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "mlartifacts").mkdir(exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"tracking.dir={tcfg.dir} is not allowed: cannot create {d} ({e.strerror or e}); set it "
-                          "to a writable folder, or tracking=off") from None
-    uri = ready_store(d)
+    else:
+        d = store_dir(tcfg)
+        try:
+            (d / "mlartifacts").mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"tracking.dir={tcfg.dir} is not allowed: cannot create {d} ({e.strerror or e}); set "
+                              "it to a writable folder, or tracking=off") from None
+        uri = ready_store(d)
     mlflow.set_tracking_uri(uri)
     return uri
 
 
 def ready_store(d: Path) -> str:
     """The URI of the SQLite store in folder ``d``, created and migrated under the store's file lock.
-    Anything that opens a store another process may be creating (a sweep's jobs, a reader polling
-    a running sweep) goes through here: MLflow migrates a store it opens, and two migrations at once
-    fail ("table _alembic_tmp_... already exists")."""
+    Anything that opens a store another process may be creating (two terminals, a sweep's jobs, a
+    reader polling a running sweep) goes through here: MLflow migrates a store it opens, and two
+    migrations at once fail ("table _alembic_tmp_... already exists") and can leave it half-migrated."""
     from filelock import FileLock, Timeout
     from mlflow.tracking import MlflowClient
     uri = f"sqlite:///{Path(d) / 'mlflow.db'}"
@@ -107,8 +96,7 @@ def check_server(uri: str, timeout_s: float = 5.0) -> None:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             r.read()
     except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise PipelineError(f"tracking server {uri} does not answer ({reason}); start it "
+        raise PipelineError(f"tracking server {uri} does not answer ({getattr(e, 'reason', e)}); start it "
                             "(scripts/mlflow_server.sh) or fix tracking.uri") from None
 
 
@@ -120,10 +108,9 @@ def experiment_id(name: str, tcfg) -> str:
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
-    try:
-        if server_uri(tcfg):   # the server stores (and serves) the artifacts
-            return client.create_experiment(name)
-        return client.create_experiment(name, artifact_location=(store_dir(tcfg) / "mlartifacts" / name).as_uri())
+    try:      # a server stores (and serves) the artifacts
+        where = None if server_uri(tcfg) else (store_dir(tcfg) / "mlartifacts" / name).as_uri()
+        return client.create_experiment(name, artifact_location=where)
     except MlflowException:
         exp = client.get_experiment_by_name(name)
         if exp is None:
@@ -136,13 +123,10 @@ def experiment_name(cfg) -> str:
 
 
 def flatten(d: Any, prefix: str = "") -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-    else:
-        out[prefix[:-1]] = d
-    return out
+    """A nested mapping as ``{"a.b.c": value}``."""
+    if not isinstance(d, dict):
+        return {prefix[:-1]: d}
+    return {key: v2 for k, v in d.items() for key, v2 in flatten(v, f"{prefix}{k}.").items()}
 
 
 _BAD = re.compile(r"[^A-Za-z0-9_\-. /]")
@@ -173,10 +157,7 @@ def report_metrics(report: Report) -> Dict[str, float]:
     column, the same names in every run of a sweep whatever knob it turns (the case goes to params,
     :func:`case_params`); a multi-case report logs ``<case>/<variant>/<column>`` for the timing
     columns and the ratios."""
-    metrics: Dict[str, float] = {}
-    for k, v in report.metrics.items():
-        if isinstance(v, numbers.Real) and not isinstance(v, bool) and v == v:   # also NumPy scalars
-            metrics[metric_key(k)] = float(v)
+    metrics = {metric_key(k): float(v) for k, v in report.metrics.items() if finite_number(v) is not None}
     uniform = variant_metrics(report.rows)
     if uniform is not None:
         metrics.update({metric_key(k): v for k, v in uniform["metrics"].items()})
@@ -185,8 +166,7 @@ def report_metrics(report: Report) -> Dict[str, float]:
         case = r.get("case") or " ".join(f"{c}={r.get(c)}" for c in case_columns(r))
         name = metric_key(case, r.get("variant"))
         for col, v in r.items():
-            if (col in ROW_COLUMNS or col.startswith("x_vs_")) and isinstance(v, numbers.Real) \
-                    and not isinstance(v, bool) and v == v:
+            if (col in ROW_COLUMNS or col.startswith("x_vs_")) and finite_number(v) is not None:
                 metrics[f"{name}/{col}"] = float(v)
     return metrics
 
@@ -224,7 +204,8 @@ class JobRun:
         run = mlflow.start_run(experiment_id=exp, run_name=_run_name(self.cfg), tags=tags)
         self.run_id = run.info.run_id
         try:
-            self._log_params()
+            flat = flatten(OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True))
+            mlflow.log_params({k: str(v)[:500] for k, v in flat.items()})     # MLflow sends them in batches
             yield self
         except KeyboardInterrupt:
             mlflow.end_run(status="KILLED")
@@ -237,13 +218,6 @@ class JobRun:
         else:
             mlflow.end_run(status="FINISHED")
 
-    def _log_params(self) -> None:
-        import mlflow
-        flat = flatten(OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True))
-        items = [(k, str(v)[:500]) for k, v in flat.items()]
-        for i in range(0, len(items), 100):
-            mlflow.log_params(dict(items[i:i + 100]))
-
     def set_tags(self, tags: Dict[str, Any]) -> None:
         if self.enabled:
             import mlflow
@@ -254,8 +228,7 @@ class JobRun:
         if not self.enabled:
             return
         import mlflow
-        keyed = {metric_key(k): v for k, v in metrics.items()}
-        mlflow.log_metrics(keyed, step=step)
+        mlflow.log_metrics({metric_key(k): v for k, v in metrics.items()}, step=step)
         self.logged_series |= set(metrics)
 
     def log_interrupted(self, stage: str, report: Report, out_dir: Path) -> None:
@@ -273,9 +246,7 @@ class JobRun:
         if not self.enabled:
             return
         import mlflow
-        items = list(report_metrics(report).items())
-        for i in range(0, len(items), 1000):
-            mlflow.log_metrics(dict(items[i:i + 1000]))
+        mlflow.log_metrics(report_metrics(report))
         case = case_params(report)
         if case:
             mlflow.log_params(case)
@@ -335,7 +306,6 @@ def check_sweep_jobs(config: DictConfig) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
     from pipeline.config import validate
-    from pipeline.errors import ConfigError
     name = str(config.hydra.job.config_name or "config")
     for i, job in enumerate(jobs):
         try:
@@ -404,16 +374,11 @@ class SweepCallback(Callback):
             for r in runs:
                 row: Dict[str, Any] = {"run": r.info.run_name, "status": ended.get(r.info.run_id, r.info.status)}
                 for k, v in sorted(r.data.metrics.items()):
-                    if k.startswith("summary/"):
-                        row[k[len("summary/"):]] = v
-                    elif "/" not in k:            # the run's headline: best_ms, x_vs_<baseline>, ...
-                        row[k] = v
+                    if k.startswith("summary/") or "/" not in k:    # and the run's headline: best_ms, x_vs_<b>, ...
+                        row[k.removeprefix("summary/")] = v
                 rows.append(row)
-            cols: List[str] = []
-            for r in rows:
-                cols += [k for k in r if k not in cols]
-            table = format_table(rows, cols)
-            print("\nsweep summary (MLflow parent run " + parent + ")\n" + table, file=sys.stderr)
+            cols = list(dict.fromkeys(k for r in rows for k in r))
+            print("\nsweep summary (MLflow parent run " + parent + ")\n" + format_table(rows, cols), file=sys.stderr)
             client.log_text(parent, to_csv(rows, cols), "sweep_summary.csv")
             client.log_text(parent, format_table(rows, cols, markdown=True), "sweep_summary.md")
             fig = sweep_plot(rows)
@@ -440,7 +405,7 @@ def sweep_plot(rows: List[Dict[str, Any]]):
     maximises; its meaning is the model's, e.g. the best time in ms or the final validation loss)
     against the knob the sweep varies: a line over a numeric knob, else one bar per job. None when
     no job has an objective."""
-    done = [r for r in rows if isinstance(r.get("objective"), numbers.Real) and r["objective"] == r["objective"]]
+    done = [r for r in rows if finite_number(r.get("objective")) is not None]
     if not done:
         return None
     import matplotlib

@@ -1,7 +1,7 @@
 """The training harness: epochs of several trainers on the same data, timed the same way, evaluated
 after every epoch, with one progress bar, per-epoch series and speedups from the same run.
 
-A trainer is any object with
+A trainer (one a variant) is any object with
 
 * ``name`` (the variant) and ``kind`` (``"ours"`` or ``"baseline"``);
 * ``epoch(index, progress)``: one training epoch; it calls ``progress(n)`` after ``n`` samples and
@@ -23,12 +23,8 @@ An entry of ``trainers`` may also be a zero-argument callable that builds the tr
 when its turn comes and dropped after, so only one trainer's (device) memory is held at a time.
 
 :func:`fit` times each epoch with :class:`pipeline.timing.Interval` (CUDA events on the GPU,
-``perf_counter`` on the CPU) and returns one :class:`History` per trainer (with ``parts`` > 1 it
-times and evaluates each part, and an epoch's record sums its parts; with ``keep`` it ends each
-trainer with the parameters of the epoch that ``keep`` names, e.g. :meth:`Patience.best`, the best
-epoch of early stopping with patience); :func:`speedups` (the
-same function as :func:`pipeline.timing.speedups`, which bench.measure uses) turns rows of a
-results table into ``x_vs_<baseline>`` columns.
+``perf_counter`` on the CPU) and returns one :class:`History` per trainer; :class:`Patience` is
+early stopping with patience. Speedups from the histories: :func:`pipeline.timing.speedups`.
 """
 from __future__ import annotations
 
@@ -36,22 +32,13 @@ import copy
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from pipeline.timing import Interval
 
 OURS, BASELINE = "ours", "baseline"
-
-
-class Trainer(Protocol):
-    name: str
-    kind: str
-
-    def epoch(self, index: int, progress: Callable[[int], None]) -> None: ...
-
-    def evaluate(self) -> Dict[str, float]: ...
 
 
 @dataclass
@@ -101,10 +88,7 @@ class History:
         return [float(r.get(key, math.nan)) for r in self.records]
 
     def keys(self) -> List[str]:
-        out: Dict[str, None] = {}
-        for r in self.records:
-            out.update(dict.fromkeys(r))
-        return list(out)
+        return list(dict.fromkeys(k for r in self.records for k in r))
 
     def last(self, key: str, default: float = math.nan) -> float:
         return float(self.records[-1].get(key, default)) if self.records else default
@@ -113,14 +97,17 @@ class History:
         vals = [v for v in self.series(key) if not math.isnan(v)]
         return float(np.median(vals)) if vals else math.nan
 
-    def as_series(self, prefix: Optional[str] = None) -> Dict[str, List[float]]:
-        """``<prefix>/<key>`` -> per-epoch values (prefix defaults to the trainer's name)."""
-        pre = self.name if prefix is None else prefix
-        return {(f"{pre}/{k}" if pre else k): self.series(k) for k in self.keys()}
+
+def _floats(d: Dict[str, Any]) -> Dict[str, float]:
+    return {k: float(v) for k, v in d.items()}
 
 
-def _finite(rec: Dict[str, float], keys: Sequence[str]) -> bool:
-    return all(math.isfinite(float(rec[k])) for k in keys if k in rec)
+def _evaluated(tr) -> Dict[str, float]:
+    """``tr.evaluate()``'s metrics, then ``eval_ms``: the time it took (not training time)."""
+    t0 = time.perf_counter()
+    out = _floats(tr.evaluate())
+    out["eval_ms"] = (time.perf_counter() - t0) * 1e3
+    return out
 
 
 @dataclass
@@ -152,16 +139,12 @@ class Patience:
                 best, at = v, i + 1
         return at
 
-    def improved(self, history: History) -> int:
-        """The last epoch that improved (by more than ``min_delta``); 0 when none had a finite value."""
-        return self._scan(history, self.min_delta)
-
     def best(self, history: History) -> int:
         """The epoch with the best finite value (the first of equals); 0 when there is none."""
         return self._scan(history, 0.0)
 
     def __call__(self, history: History) -> str:
-        last = self.improved(history)
+        last = self._scan(history, self.min_delta)       # the last epoch that improved
         since = history.epochs - last
         if since < self.patience:
             return ""
@@ -183,7 +166,7 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
     ``work_per_epoch``: samples an epoch of each trainer for the bar when trainers are built
     lazily (else read from the trainers). ``after(trainer)`` runs when a trainer is done;
     ``on_epoch(trainer, record)`` after each epoch's record is complete (e.g. to log it live).
-    ``parts`` > 1: each epoch is trained as that many slices (see :class:`Trainer`), each timed
+    ``parts`` > 1: each epoch is trained as that many slices (see the module's docstring), each timed
     and evaluated (:attr:`History.parts`); the epoch's record, the stop rules and the watch keys
     stay per epoch. ``keep(history) -> epoch`` (1-based; 0: none), asked after every epoch: when it
     names the epoch just trained, a deep copy of the trainer's ``params()`` is kept; when the trainer
@@ -198,8 +181,7 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
     try:
         for entry in trainers:
             tr = entry if hasattr(entry, "epoch") else entry()
-            hist = History(tr.name, tr.kind)
-            out[tr.name] = hist
+            hist = out[tr.name] = History(tr.name, tr.kind)
             if keep is not None and not (hasattr(tr, "params") and hasattr(tr, "set_params")):
                 raise TypeError(f"fit(keep=...): trainer {tr.name!r} has no params()/set_params()")
             kept = (0, None)          # (epoch, a copy of its params) with keep
@@ -208,7 +190,6 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
             total_s = 0.0
             for e in range(epochs):
                 ms = wall = eval_ms = 0.0
-                metrics: Dict[str, float] = {}
                 for j in range(parts):
                     clock = Interval(ctx.backend)
                     w0 = time.perf_counter()
@@ -222,31 +203,26 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
                     ms += part_ms
                     wall += part_wall
                     if parts > 1:       # the part's record: its times, then its evaluation (untimed)
-                        prec: Dict[str, float] = {"epoch": e + (j + 1) / parts, "epoch_ms": part_ms,
-                                                  "wall_ms": part_wall}
+                        prec = {"epoch": e + (j + 1) / parts, "epoch_ms": part_ms, "wall_ms": part_wall}
                         if hasattr(tr, "part_stats"):
-                            prec.update({k: float(v) for k, v in tr.part_stats().items()})
+                            prec.update(_floats(tr.part_stats()))
                         prec["time_s"] = total_s + ms / 1e3
-                        t0 = time.perf_counter()
-                        metrics = {k: float(v) for k, v in tr.evaluate().items()}
-                        prec.update(metrics)
-                        prec["eval_ms"] = (time.perf_counter() - t0) * 1e3
-                        eval_ms += prec["eval_ms"]
+                        evaluation = _evaluated(tr)
+                        prec.update(evaluation)
+                        eval_ms += evaluation["eval_ms"]
                         hist.parts.append(prec)
                 rec: Dict[str, float] = {"epoch": e + 1, "epoch_ms": ms, "wall_ms": wall}
                 if hasattr(tr, "stats"):
-                    rec.update({k: float(v) for k, v in tr.stats().items()})
+                    rec.update(_floats(tr.stats()))
                 steps = getattr(tr, "steps_per_epoch", 0)
                 if steps:
                     rec["step_ms"] = ms / steps
                 total_s += ms / 1e3
                 rec["time_s"] = total_s
                 if parts == 1:
-                    t0 = time.perf_counter()
-                    rec.update({k: float(v) for k, v in tr.evaluate().items()})
-                    rec["eval_ms"] = (time.perf_counter() - t0) * 1e3
+                    rec.update(_evaluated(tr))
                 else:                       # the evaluation after the last part: the epoch's
-                    rec.update(metrics)
+                    rec.update(evaluation)
                     rec["eval_ms"] = eval_ms
                 hist.records.append(rec)
                 if on_epoch is not None:
@@ -258,12 +234,11 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
                 shown = {k: f"{rec[k]:.4g}" for k in list(watch) + ["p@1"] if k in rec}
                 if hasattr(bar, "set_postfix"):
                     bar.set_postfix(variant=tr.name, epoch=e + 1, **shown)
-                if not _finite(rec, watch):
+                if not all(math.isfinite(float(rec[k])) for k in watch if k in rec):
                     hist.stopped = f"non-finite {'/'.join(watch)}"
-                    break
-                reason = stop(hist) if stop else ""
-                if reason:
-                    hist.stopped = reason
+                elif stop:
+                    hist.stopped = stop(hist) or ""
+                if hist.stopped:
                     break
             if per_sample and hist.epochs < epochs:
                 bar.update(int(tr.work_per_epoch) * (epochs - hist.epochs))
@@ -271,7 +246,7 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
                 hist.best = kept[0]
                 if 0 < hist.best < hist.epochs:
                     tr.set_params(kept[1])
-                    hist.final = {k: float(v) for k, v in tr.evaluate().items()}
+                    hist.final = _floats(tr.evaluate())
             del kept
             if after is not None:
                 after(tr)
@@ -280,11 +255,6 @@ def fit(ctx, trainers: Sequence[Any], epochs: int, *, stop: Optional[Callable[[H
         if hasattr(bar, "close"):
             bar.close()
     return out
-
-
-def best_of(histories: Dict[str, History], metric: str) -> Dict[str, float]:
-    """The best (max) value of ``metric`` over epochs for each trainer."""
-    return {n: max(h.series(metric), default=math.nan) for n, h in histories.items()}
 
 
 def time_to_target(history: History, target: float, key: str = "val_loss",

@@ -35,7 +35,7 @@ def cfg(compose, store):
 
 def client_for(cfg):
     from mlflow.tracking import MlflowClient
-    return MlflowClient(tracking.store_uri(cfg.tracking))
+    return MlflowClient(tracking.ready_store(tracking.store_dir(cfg.tracking)))
 
 
 def all_runs(cfg):

@@ -8,6 +8,7 @@ the column-major ``out^T = op(b)^T op(a)^T``. ``precision``: ``fp32`` (strict) o
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import numpy as np
 
@@ -18,34 +19,32 @@ _ONE64C = np.ones(1, np.complex64)
 _ZERO64C = np.zeros(1, np.complex64)
 
 
-_lib = None
 _handles: dict = {}      # side-stream pointer -> its own cuBLAS handle (see _handle)
 OP_N, OP_T = 0, 1
 DEFAULT_MATH = 0
 
 
+@functools.cache
 def _cublas():
     """The libcublas CuPy loaded (found in this process's memory map), as a ctypes library."""
-    global _lib
-    if _lib is None:
-        import cupy
-        cupy.cuda.device.get_cublas_handle()       # makes CuPy load and initialise cuBLAS
-        path = None
-        with open("/proc/self/maps") as f:
-            for line in f:
-                name = line.split()[-1]
-                if "/libcublas.so" in name:
-                    path = name
-                    break
-        _lib = ctypes.CDLL(path or "libcublas.so")
-        vp, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-        _lib.cublasSgemm_v2.argtypes = [vp, i, i, i, i, i, vp, vp, i, vp, i, vp, vp, i]
-        _lib.cublasCgemmStridedBatched.argtypes = [vp, i, i, i, i, i, vp, vp, i, ll, vp, i, ll, vp, vp, i, ll, i]
-        _lib.cublasCgemm3mStridedBatched.argtypes = _lib.cublasCgemmStridedBatched.argtypes
-        _lib.cublasCreate_v2.argtypes = [ctypes.POINTER(vp)]
-        _lib.cublasSetStream_v2.argtypes = [vp, vp]
-        _lib.cublasSetMathMode.argtypes = [vp, i]
-    return _lib
+    import cupy
+    cupy.cuda.device.get_cublas_handle()       # makes CuPy load and initialise cuBLAS
+    path = None
+    with open("/proc/self/maps") as f:
+        for line in f:
+            name = line.split()[-1]
+            if "/libcublas.so" in name:
+                path = name
+                break
+    lib = ctypes.CDLL(path or "libcublas.so")
+    vp, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+    lib.cublasSgemm_v2.argtypes = [vp, i, i, i, i, i, vp, vp, i, vp, i, vp, vp, i]
+    lib.cublasCgemmStridedBatched.argtypes = [vp, i, i, i, i, i, vp, vp, i, ll, vp, i, ll, vp, vp, i, ll, i]
+    lib.cublasCgemm3mStridedBatched.argtypes = lib.cublasCgemmStridedBatched.argtypes
+    lib.cublasCreate_v2.argtypes = [ctypes.POINTER(vp)]
+    lib.cublasSetStream_v2.argtypes = [vp, vp]
+    lib.cublasSetMathMode.argtypes = [vp, i]
+    return lib
 
 
 def _check(rc: int, what: str) -> None:
@@ -131,7 +130,7 @@ def cgemm_batched(a, b, out, trans_a: bool = False, trans_b: bool = False, gauss
         return out
     fn = lib.cublasCgemm3mStridedBatched if gauss else lib.cublasCgemmStridedBatched
     _check(fn(h, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
-                                         _ONE64C.ctypes.data, b.data.ptr, b.shape[2], b.shape[1] * b.shape[2],
-                                         a.data.ptr, a.shape[2], a.shape[1] * a.shape[2],
-                                         _ZERO64C.ctypes.data, out.data.ptr, n, m * n, batch), "cublasCgemmStridedBatched")
+              _ONE64C.ctypes.data, b.data.ptr, b.shape[2], b.shape[1] * b.shape[2],
+              a.data.ptr, a.shape[2], a.shape[1] * a.shape[2],
+              _ZERO64C.ctypes.data, out.data.ptr, n, m * n, batch), "cublasCgemmStridedBatched")
     return out

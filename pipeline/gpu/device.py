@@ -93,15 +93,10 @@ def init(index: int = 0) -> DeviceInfo:
     atexit.register(_release)
     cupy.cuda.Device(index).use()
     a = drv.device_attribute
-    _info = DeviceInfo(
-        index=index,
-        name=dev.name(),
-        cc=dev.compute_capability(),
-        sm_count=dev.get_attribute(a.MULTIPROCESSOR_COUNT),
-        l2_bytes=dev.get_attribute(a.L2_CACHE_SIZE),
-        smem_per_block_optin=dev.get_attribute(a.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
-        total_mem=dev.total_memory(),
-    )
+    _info = DeviceInfo(index=index, name=dev.name(), cc=dev.compute_capability(),
+                       sm_count=dev.get_attribute(a.MULTIPROCESSOR_COUNT), l2_bytes=dev.get_attribute(a.L2_CACHE_SIZE),
+                       smem_per_block_optin=dev.get_attribute(a.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+                       total_mem=dev.total_memory())
     return _info
 
 

@@ -15,22 +15,21 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import threading
 from typing import Any, Callable, Optional
 
 from pipeline.errors import GpuError
 
-_lib = None
 _tls = threading.local()
 CAPTURE_MODE_RELAXED = 2
 
 
+@functools.cache
 def _cuda():
-    global _lib
-    if _lib is None:
-        _lib = ctypes.CDLL("libcuda.so.1")
-        _lib.cuGraphLaunch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    return _lib
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuGraphLaunch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    return lib
 
 
 def _check(rc: int, what: str) -> None:

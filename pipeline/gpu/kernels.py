@@ -58,9 +58,8 @@ def load(model: str, filename: str, defines: Optional[Dict[str, object]] = None,
         first = str(e).strip().splitlines()
         raise GpuError(f"{path.relative_to(PROJECT_ROOT)} failed to compile for {info.arch}: "
                        f"{' | '.join(first[:6])}") from e
-    m = Module(mod, path)
-    _modules[key] = m
-    return m
+    _modules[key] = Module(mod, path)
+    return _modules[key]
 
 
 def require_block(kernel, threads: int, knob: str, value, fix: str) -> None:

@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 from pipeline.errors import ConfigError, GpuError
 
@@ -117,26 +117,21 @@ def claim(cfg, poll_s: float = 0.5) -> Iterator[Claim]:
     lock_dir.mkdir(parents=True, exist_ok=True)
     candidates = list(_bound) if _bound else pool
     need = len(_bound) if _bound else per_job
-    held: List[FileLock] = []
     said = False
     deadline = time.monotonic() + float(cfg.pool.wait_s) if float(cfg.pool.wait_s) > 0 else None
     while True:
-        got: List[str] = []
+        held: Dict[str, FileLock] = {}          # GPU -> its lock, held
         for g in candidates:
             lock = FileLock(str(lock_dir / f"gpu-{g}.lock"), thread_local=False)
-            try:
+            with contextlib.suppress(Timeout):
                 lock.acquire(timeout=0)
-            except Timeout:
-                continue
-            held.append(lock)
-            got.append(g)
-            if len(got) == need:
+                held[g] = lock
+            if len(held) == need:
                 break
-        if len(got) == need:
+        if len(held) == need:
             break
-        for lock in held:
+        for lock in held.values():
             lock.release()
-        held.clear()
         if deadline is not None and time.monotonic() > deadline:
             raise GpuError(f"no free GPU in the pool ({','.join(candidates)}) after pool.wait_s={cfg.pool.wait_s}; "
                            "lower hydra.launcher.n_jobs or set pool.share=true")
@@ -145,10 +140,10 @@ def claim(cfg, poll_s: float = 0.5) -> Iterator[Claim]:
             said = True
         time.sleep(poll_s)
     try:
-        _bind(got)
-        yield Claim(gpus=got, shared=False, active=True)
+        _bind(list(held))
+        yield Claim(gpus=list(held), shared=False, active=True)
     finally:
-        for lock in held:
+        for lock in held.values():
             lock.release()
 
 

@@ -1,6 +1,6 @@
 """The CUDA side of :mod:`pipeline.timing`: the hold kernel, CUDA-event timers of repeated calls
-(:func:`time_cuda`, :class:`CudaClock` for interleaved rounds), of one interval
-(:class:`CudaInterval`) and of many intervals summed (:class:`CudaIntervalSum`).
+(:func:`time_cuda`, :class:`CudaClock` for interleaved rounds) and of intervals summed
+(:class:`CudaIntervalSum`).
 
 On the GPU the number is device time: before each timed call a short "hold" kernel
 (``cuda/common/hold.cu``) keeps the stream busy while the host issues the call, so an idle GPU does
@@ -33,44 +33,19 @@ def time_cuda(fn: Callable[[], object], bench, stream=None) -> Timing:
     """Time ``fn`` (which enqueues device work on ``stream``, default the null stream) with CUDA
     events recorded around every call (each after a hold kernel, see the module's docstring);
     events are read in batches so the host does not stall the queue between calls."""
-    import pycuda.driver as drv
-
     warmup, min_rep, max_rep, min_ms = policy(bench)
-    issue_us = []
-    for _ in range(max(warmup, 1)):
-        t0 = time.perf_counter()
-        fn()
-        issue_us.append((time.perf_counter() - t0) * 1e6)
-        drv.Context.synchronize()
-    host_us = float(np.median(issue_us))
-    hold = None
-    if getattr(bench, "hold", True) and host_us <= HOLD_MAX_US:
-        hold = hold_kernel()
-        hold_ns = np.uint64(max(HOLD_MIN_US, 2.0 * host_us) * 1e3)
+    clock = CudaClock(bench, [stream])
+    clock.warm(fn, warmup)
     samples: List[float] = []
-    total = 0.0
     batch = 5
-    while len(samples) < max_rep and (len(samples) < min_rep or total < min_ms):
-        pairs = []
-        for _ in range(min(batch, max_rep - len(samples))):
-            start, end = drv.Event(), drv.Event()
-            if hold is not None:
-                hold((1,), (1,), hold_ns, stream=stream)
-            start.record(stream)
-            fn()
-            end.record(stream)
-            pairs.append((start, end))
-        pairs[-1][1].synchronize()
-        for start, end in pairs:
-            dt = end.time_since(start)
-            samples.append(dt)
-            total += dt
+    while len(samples) < max_rep and (len(samples) < min_rep or sum(samples) < min_ms):
+        samples += clock.sample(fn, min(batch, max_rep - len(samples)))
         batch = min(50, batch * 2)
     return Timing.of(samples)
 
 
 class CudaClock:
-    """The clock of :func:`pipeline.timing.time_interleaved` on the GPU: each call after a hold
+    """The GPU clock of :func:`time_cuda` and :func:`pipeline.timing.time_interleaved`: each call after a hold
     kernel on its stream, between CUDA events; the context is synchronised after a function's calls
     of a round, so functions on different streams never overlap."""
 
@@ -123,33 +98,10 @@ def _event(stream):
     return e
 
 
-def _stream(stream):
-    if stream is None:
-        from pipeline.gpu.graphs import current_stream
-        return current_stream()
-    return stream
-
-
-class CudaInterval:
-    """CUDA events around one interval on ``stream`` (default: the stream our launches use, see
-    :func:`pipeline.gpu.graphs.current_stream`); ``stop`` waits for the device and returns ms."""
-
-    def __init__(self, stream=None):
-        self.stream = stream
-
-    def start(self) -> None:
-        self.stream = _stream(self.stream)
-        self._a = _event(self.stream)
-
-    def stop(self) -> float:
-        b = _event(self.stream)
-        b.synchronize()
-        return float(b.time_since(self._a))
-
-
 class CudaIntervalSum:
-    """CUDA events around many intervals, recorded without waiting for the device; ``total_ms``
-    synchronises once and adds them up."""
+    """CUDA events around intervals on ``stream`` (default: the stream our launches use, see
+    :func:`pipeline.gpu.graphs.current_stream`), recorded without waiting for the device;
+    ``total_ms`` synchronises once and adds them up."""
 
     def __init__(self, stream=None):
         self.stream = stream
@@ -157,7 +109,9 @@ class CudaIntervalSum:
         self.ms = 0.0
 
     def start(self):
-        self.stream = _stream(self.stream)
+        if self.stream is None:
+            from pipeline.gpu.graphs import current_stream
+            self.stream = current_stream()
         return _event(self.stream)
 
     def stop(self, token) -> None:

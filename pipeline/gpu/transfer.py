@@ -88,7 +88,6 @@ class ChunkFeeder:
                         for _ in range(depth)]
         self.copied = [drv.Event() for _ in range(depth)]
         self.consumed = [None] * depth
-        self.copy_ms: List[float] = []
 
     def _copy(self, i: int) -> None:
         import pycuda.driver as drv

@@ -3,17 +3,14 @@
 :func:`register_all` registers the core schemas and every model's."""
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 
-_registered = False
 
-
+@functools.cache
 def register_all() -> None:
-    """Register every schema with Hydra's ConfigStore and every model's variants (idempotent)."""
-    global _registered
-    if _registered:
-        return
+    """Register every schema with Hydra's ConfigStore and every model's variants (once)."""
     from pipeline import config
     config.register_core()
     for mod in pkgutil.iter_modules(__path__):
@@ -21,4 +18,3 @@ def register_all() -> None:
             for part in ("variants", "config"):        # the registry, then the schema and checks
                 importlib.import_module(f"{__name__}.{mod.name}.{part}")
     config.store_kernel_options()
-    _registered = True

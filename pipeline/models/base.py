@@ -6,15 +6,9 @@ baselines, timed), ``verify`` (compare with the independent reference) and ``rep
 metrics, series and figures). A model never opens an MLflow run and never parses the command line;
 it reads ``self.cfg`` and talks to the world through ``self.ctx`` (:class:`pipeline.context.Context`).
 
-Two shapes own everything but a model's hooks:
-
-* :class:`BenchmarkModel` times kernels on cases (:func:`pipeline.bench.measure`): a model gives its
-  registry, its variants, its cases and the columns that describe a case.
-* :class:`TrainingModel` trains variants for epochs (:func:`pipeline.train.fit`): a model gives its
-  registry and its trainers, then reports from the histories.
-
-Both choose what runs through :func:`pipeline.registry.select_variants` (``self.ours``,
-``self.baselines``), the one selection every model uses.
+Two shapes own everything but a model's hooks, :class:`BenchmarkModel` (kernels timed on cases)
+and :class:`TrainingModel` (variants trained for epochs); both choose what runs through
+:func:`pipeline.registry.select_variants`, the one selection every model uses.
 """
 from __future__ import annotations
 

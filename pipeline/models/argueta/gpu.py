@@ -24,31 +24,7 @@ def _cp():
     return cupy
 
 
-def _dev():
-    from pipeline.gpu import device
-    return device.info()
-
-
-def _smem_cap() -> int:
-    return int(_dev().smem_per_block_optin) - _SMEM_RESERVE
-
-
-def _np2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
 # ============================================================================ N-hot lookup
-
-
-def _csr_parts(A):
-    """(indptr, indices, data) int32/int32/float32 device arrays of a CuPy CSR matrix or a tuple."""
-    cp = _cp()
-    if isinstance(A, tuple):
-        indptr, indices, data = A
-    else:
-        indptr, indices, data = A.indptr, A.indices, A.data
-    return (cp.ascontiguousarray(indptr, dtype=cp.int32), cp.ascontiguousarray(indices, dtype=cp.int32),
-            cp.ascontiguousarray(data, dtype=cp.float32))
 
 
 def fewhot_lookup(A, B, out=None, variant: str = "paper", stream=None):
@@ -58,13 +34,13 @@ def fewhot_lookup(A, B, out=None, variant: str = "paper", stream=None):
     output, 32 x 32 blocks; measured as fast or faster on an H200 for L=100, M=512) or "vec" (a block
     per row slice, float4 over M when M % 4 == 0)."""
     cp = _cp()
-    indptr, indices, data = _csr_parts(A)
-    B = cp.ascontiguousarray(B, dtype=cp.float32)
+    indptr, indices, data = A if isinstance(A, tuple) else (A.indptr, A.indices, A.data)
+    indptr, indices = cp.ascontiguousarray(indptr, dtype=cp.int32), cp.ascontiguousarray(indices, dtype=cp.int32)
+    data, B = cp.ascontiguousarray(data, dtype=cp.float32), cp.ascontiguousarray(B, dtype=cp.float32)
     L, M = int(indptr.size - 1), int(B.shape[1])
     if out is None:
         out = cp.empty((L, M), cp.float32)
-    launch = fewhot_launcher(indptr, indices, data, B, out, variant)
-    launch(stream)
+    fewhot_launcher(indptr, indices, data, B, out, variant)(stream)
     return out
 
 
@@ -229,29 +205,33 @@ class TopnPlan:
     def __init__(self, L: int, K: int, N: int, method: str = "auto", split: int = 0, block: int = 256,
                  vec: int = 0):
         cp = _cp()
+        from pipeline.gpu import device
         if not 0 < N <= K:
             raise ValueError(f"top-N: n={N} must be between 1 and K={K}")
         if N > 1024:
             raise ValueError(f"top-N: n={N} is above the supported 1024")
-        self.L, self.K, self.N, self.NP = int(L), int(K), int(N), _np2(N)
-        info, cap = _dev(), _smem_cap()
+        self.L, self.K, self.N = int(L), int(K), int(N)
+        self.NP = NP = 1 << max(0, (self.N - 1).bit_length())          # N rounded up to a power of two
+        info = device.info()
+        cap = int(info.smem_per_block_optin) - _SMEM_RESERVE
         sms = int(info.sm_count)
-        fits = 4 * K + 8 * self.NP <= cap
+        fits = 4 * K + 8 * NP <= cap
         bucket = bucket_shape(L, K, N, sms, vec)
-        if method == "auto":
-            if bucket is not None:
-                method = "bucket"
-            elif N <= 16 and L >= sms:
-                method = "early_exit"          # few atomics per element at small N (measured faster)
-            else:
-                method = "radix" if fits and L >= sms // 2 else "split"
-        if method == "bucket" and bucket is None:
-            method = "radix" if fits and L >= sms // 2 else "split"
+        if method == "auto" and bucket is None and N <= 16 and L >= sms:
+            method = "early_exit"          # few atomics per element at small N (measured faster)
+        elif method in ("auto", "bucket"):
+            method = "bucket" if bucket is not None else ("radix" if fits and L >= sms // 2 else "split")
         if method == "radix" and not fits:
             method = "split"
         self.method = method
         mod = kernels.load(MODEL_DIR, "topn.cu") if method != "bucket" else None
         i32 = np.int32
+
+        def radix(S, chunk, threads, workspace=(0, 0, 0)):
+            """topn_radix with S blocks a row, each on ``chunk`` logits (S > 1: into the merge's workspace)."""
+            k, smem = mod.kernel("topn_radix", "PiiiiPPPPP"), 8 * NP + 4 * chunk
+            return lambda X, P, I, s: k((S, L), (threads,), X, i32(K), i32(N), i32(NP), i32(chunk), P, I,
+                                        *workspace, shared=smem, stream=s)
         if method == "bucket":
             V, threads = bucket
             self.vec, self.threads = V, threads
@@ -268,37 +248,28 @@ class TopnPlan:
             self._launches = [lambda X, P, I, s: k((L,), (block,), X, i32(K), i32(N), early, P, I,
                                                    shared=8 * N, stream=s)]
         elif method == "radix":
-            k = mod.kernel("topn_radix", "PiiiiPPPPP")
-            threads = 1024 if L < sms else 512
-            smem = 8 * self.NP + 4 * K
-            self._launches = [lambda X, P, I, s: k((1, L), (threads,), X, i32(K), i32(N), i32(self.NP), i32(K),
-                                                   P, I, 0, 0, 0, shared=smem, stream=s)]
+            self._launches = [radix(1, K, 1024 if L < sms else 512)]
         elif method == "split":
             S = int(split) if split else max(1, min(math.ceil(2 * sms / L), math.ceil(K / max(2 * N, 1024))))
-            while S > 1 and 8 * S * N + 8 * self.NP > cap:      # the merge holds S * N candidates
+            while S > 1 and 8 * S * N + 8 * NP > cap:      # the merge holds S * N candidates
                 S -= 1
             chunk = math.ceil(K / S)
-            if 4 * chunk + 8 * self.NP > cap:
+            if 4 * chunk + 8 * NP > cap:
                 raise ValueError(f"top-N: K={K} with n={N} does not fit the split kernel's shared memory "
                                  f"(chunk {chunk} with {S} blocks per row)")
-            S = math.ceil(K / chunk)
-            self.S = S
-            kr = mod.kernel("topn_radix", "PiiiiPPPPP")
+            self.S = S = math.ceil(K / chunk)
             threads = 256 if chunk <= 4096 else 512
-            smem = 8 * self.NP + 4 * chunk
             if S == 1:
-                self._launches = [lambda X, P, I, s: kr((1, L), (threads,), X, i32(K), i32(N), i32(self.NP), i32(chunk),
-                                                        P, I, 0, 0, 0, shared=smem, stream=s)]
+                self._launches = [radix(1, chunk, threads)]
             else:
                 ws = cp.empty(L * S * N, cp.uint64)
                 wm, wd = cp.empty(L * S, cp.float32), cp.empty(L * S, cp.float32)
                 km = mod.kernel("topn_merge", "PPPiiiPP")
-                msmem = 8 * S * N + 8 * self.NP
+                msmem = 8 * S * N + 8 * NP
                 self._ws = (ws, wm, wd)
                 self._launches = [
-                    lambda X, P, I, s: kr((S, L), (threads,), X, i32(K), i32(N), i32(self.NP), i32(chunk),
-                                          P, I, ws, wm, wd, shared=smem, stream=s),
-                    lambda X, P, I, s: km((L,), (256,), ws, wm, wd, i32(S), i32(N), i32(self.NP), P, I,
+                    radix(S, chunk, threads, self._ws),
+                    lambda X, P, I, s: km((L,), (256,), ws, wm, wd, i32(S), i32(N), i32(NP), P, I,
                                           shared=msmem, stream=s),
                 ]
         elif method in ("online", "online_fixed"):
@@ -325,12 +296,10 @@ def softmax_topn(logits, n: int, method: str = "auto", out: Optional[Tuple] = No
                  block: int = 256, stream=None, vec: int = 0):
     """Fused softmax + top-n of each row of an L x K float32 CuPy array: returns ``(probs, idx)``,
     L x n float32 probabilities (descending) and int32 column indices. Ties: smaller index first;
-    NaN ranks above +inf and makes the row's probabilities NaN (see ``reference.py``). ``method``:
-    "auto" (``bucket`` when a row fits one block's registers, K <= 32768, else radix select with the
-    row in shared memory when it fits and there are enough rows, else several blocks per row and a
-    merge), "bucket" (one pass over the row in registers, a bound from the thread maxima, the few
-    candidates ranked), "radix", "split", "atomic" (the paper's), "early_exit", "online" (the
-    Milakov baseline). ``vec``: float4 loads per thread of "bucket" (1, 2, 4, 8; 0: automatic)."""
+    NaN ranks above +inf and makes the row's probabilities NaN (see ``reference.py``). ``method``: auto,
+    bucket, radix, split, atomic (the paper's), early_exit or online (the Milakov baseline); what each
+    does and which "auto" picks: docs/models/argueta.md. ``vec``: float4 loads per thread of "bucket"
+    (1, 2, 4, 8; 0: automatic)."""
     cp = _cp()
     X = cp.ascontiguousarray(logits, dtype=cp.float32)
     if X.ndim != 2:
@@ -409,26 +378,22 @@ def _torch_topk(case: Case, ctx):
 
 
 def topn_variants(check_exact, check_ties) -> Dict[str, Variant]:
-    return {
-        "topn_atomic": Variant("topn_atomic", "ours", _topn_ours("atomic"), topn_cost, check=check_exact,
-                               note="paper Alg. 4, corrected: 64-bit atomicMax insertion", graph=True),
-        "topn_early_exit": Variant("topn_early_exit", "ours", _topn_ours("early_exit"), topn_cost, check=check_exact,
-                                   note="Alg. 4 + skip keys below the N-th slot", graph=True),
-        "topn_split": Variant("topn_split", "ours", _topn_ours("split"), topn_cost, check=check_exact,
-                              note="several blocks per row (radix select) + merge", graph=True),
-        "topn_radix": Variant("topn_radix", "ours", _topn_ours("radix"), topn_cost, check=check_exact,
-                              note="row in shared memory, radix select + bitonic sort of N", graph=True),
-        "topn_bucket": Variant("topn_bucket", "ours", _topn_ours("bucket"), topn_cost, check=check_exact,
-                               note="row in registers, one pass: normaliser + bound from thread maxima, "
-                                    "rank the few candidates", graph=True),
-        "online_topk": Variant("online_topk", "baseline", _topn_ours("online"), topn_cost, check=check_exact,
-                               note="Milakov & Gimelshein online softmax + per-thread top-k (k = N), ours",
-                               graph=True),
-        "online_topk_fixed": Variant("online_topk_fixed", "baseline", _topn_ours("online_fixed"), topn_cost,
-                                     check=check_exact, graph=True,
-                                     note=f"the same, built once for k = {ONLINE_FIXED_K} (flat in N, as in the paper)"),
-        "softmax_topk": Variant("softmax_topk", "baseline", _softmax_topk_cupy, topn_cost, check=check_ties,
-                                note="CuPy softmax, then argsort"),
-        "torch_topk": Variant("torch_topk", "baseline", _torch_topk, topn_cost, check=check_ties,
-                              note="torch.softmax, then torch.topk"),
-    }
+    def kernel(name: str, kind: str, method: str, note: str) -> Variant:
+        return Variant(name, kind, _topn_ours(method), topn_cost, check=check_exact, note=note, graph=True)
+    variants = [
+        kernel("topn_atomic", "ours", "atomic", "paper Alg. 4, corrected: 64-bit atomicMax insertion"),
+        kernel("topn_early_exit", "ours", "early_exit", "Alg. 4 + skip keys below the N-th slot"),
+        kernel("topn_split", "ours", "split", "several blocks per row (radix select) + merge"),
+        kernel("topn_radix", "ours", "radix", "row in shared memory, radix select + bitonic sort of N"),
+        kernel("topn_bucket", "ours", "bucket",
+               "row in registers, one pass: normaliser + bound from thread maxima, rank the few candidates"),
+        kernel("online_topk", "baseline", "online",
+               "Milakov & Gimelshein online softmax + per-thread top-k (k = N), ours"),
+        kernel("online_topk_fixed", "baseline", "online_fixed",
+               f"the same, built once for k = {ONLINE_FIXED_K} (flat in N, as in the paper)"),
+        Variant("softmax_topk", "baseline", _softmax_topk_cupy, topn_cost, check=check_ties,
+                note="CuPy softmax, then argsort"),
+        Variant("torch_topk", "baseline", _torch_topk, topn_cost, check=check_ties,
+                note="torch.softmax, then torch.topk"),
+    ]
+    return {v.name: v for v in variants}

@@ -91,18 +91,16 @@ def make_context(cfg: DictConfig, out_dir: Path) -> Context:
     if size == "auto":
         size = "full" if backend == "cuda" else "small"
         if backend == "cpu":
-            notices.append("CPU backend: using the model's small preset (size=small) so the run finishes in "
+            notices.append("CPU backend: using the small preset (size=small) so the run finishes in "
                            "seconds; pass size=full for the paper's sizes")
     if size == "small":
         from pipeline.config import apply_small_preset, replaced_by_small_preset
         given = replaced_by_small_preset(cfg)
+        it = "it" if len(given) == 1 else "them"
         if given:
-            notices.append(f"size=small: {' '.join(given)} not used (the model's small preset replaces "
-                           f"{'it' if len(given) == 1 else 'them'}); pass size=full to use "
-                           f"{'it' if len(given) == 1 else 'them'}")
-        applied = apply_small_preset(cfg)
-        if applied:
-            notices.append(applied)
+            notices.append(f"size=small: {' '.join(given)} not used (the small preset replaces {it}); "
+                           f"pass size=full to use {it}")
+        notices += [line for line in (apply_small_preset(cfg, g) for g in ("model", "dataset")) if line]
     ctx = Context(cfg=cfg, backend=backend, size=size, out_dir=out_dir)
     for n in notices:
         ctx.notice(n)

@@ -12,6 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -32,7 +33,8 @@ def main():
     from pipeline.gpu import blas
     from pipeline.models.bcm import gpu, model
     from pipeline.gpu.timer import hold_kernel
-    case = model.make_case(a.layer, a.k, 128, "full", np.random.default_rng(0))
+    shape = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf/model/bcm.yaml").shapes[a.layer]
+    case = model.make_case(a.layer, shape, a.k, 128, np.random.default_rng(0))
     hold = hold_kernel()
     times = defaultdict(list)
 

@@ -4,12 +4,11 @@ command in the comment right above it (``<!-- generated: python3 scripts/gpu_sui
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from suite_records import ROOT, as_number, fmt_value, short_gpu
+from suite_records import ROOT, as_number, fmt_value, read_record, short_gpu
 
 GENERATED = "<!-- generated: "
 TABLE_CMD = "python3 scripts/gpu_suite.py table"
@@ -46,7 +45,7 @@ def _finished_runs(files: Sequence[Any], experiments: Sequence[str],
     used: List[Tuple[Path, Dict[str, Any]]] = []
     runs: List[Run] = []
     for f in map(_record_path, files):
-        d = json.loads(f.read_text())
+        d = read_record(f)
         took = False
         for r in d.get("data", {}).get("runs", []) if d.get("part") == "bench" else []:
             if r.get("status") != "FINISHED" or (experiments and r.get("experiment") not in experiments):

@@ -56,8 +56,31 @@ def short_gpu(record: Dict[str, Any]) -> str:
     return gpu_model(record).replace("NVIDIA ", "")
 
 
+# sparse_dnn's time columns when they were in seconds, and their names in ms now
+SPARSE_DNN_SECONDS = {"time_s": "median_ms", "iqr_s": "iqr_ms", "transfer_s": "transfer_ms", "compute_s": "compute_ms"}
+
+
+def _ms(v: Any) -> Any:
+    return v if as_number(v) is None else as_number(v) * 1e3
+
+
+def read_record(f: Any) -> Dict[str, Any]:
+    """A record file, with the sparse_dnn runs recorded in seconds (``time_s``, ...) read in the ms
+    columns and metrics they have now (``median_ms``, ...): the one place old records are converted."""
+    rec = json.loads(Path(f).read_text())
+    for run in rec.get("data", {}).get("runs", []) if rec.get("part") == "bench" else []:
+        if run.get("experiment") != "sparse_dnn" or not any("time_s" in r for r in run.get("rows", [])):
+            continue
+        run["rows"] = [{SPARSE_DNN_SECONDS.get(k, k): _ms(v) if k in SPARSE_DNN_SECONDS else v for k, v in r.items()}
+                       for r in run["rows"]]
+        run["metrics"] = {k.replace("/time_s", "/median_ms"):
+                          _ms(v) if k.endswith("/time_s") or k == "summary/objective" else v
+                          for k, v in run.get("metrics", {}).items()}
+    return rec
+
+
 def read_records(files: Sequence[Any]) -> List[Dict[str, Any]]:
-    return [json.loads(Path(f).read_text()) for f in files]
+    return [read_record(f) for f in files]
 
 
 def record_name(rec: Dict[str, Any], tag: str = "") -> str:

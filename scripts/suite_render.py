@@ -3,12 +3,11 @@ runs (a newer record superseding an older one of the same GPU model, item by ite
 comparison of records tagged ``before`` and ``after``."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from suite_records import fmt_value, gpu_model, run_overrides, short_gpu
+from suite_records import fmt_value, gpu_model, read_record, run_overrides, short_gpu
 
 BENCH_COLS = ["case", "variant", "kind", "median_ms", "iqr_ms", "rel_err", "ok", "gbps", "gflops", "pct_peak",
               "ratio_spread", "ratio_unstable"]
@@ -179,7 +178,7 @@ def _bench_run(r: Dict[str, Any]) -> List[str]:
     rows = r["rows"]
     if rows:
         cols = [c for c in BENCH_COLS if c in rows[0]] + [c for c in rows[0] if c.startswith("x_vs_")]
-        if "median_ms" not in rows[0]:
+        if "median_ms" not in rows[0] or "case" not in rows[0]:
             cols = list(rows[0].keys())
         lines += ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
         for row in rows:
@@ -223,7 +222,7 @@ def render(files: List[Path]) -> str:
     """docs/gpu-results.md from the records ``files``."""
     parts: Dict[str, List[Dict[str, Any]]] = {}
     for f in files:
-        d = json.loads(Path(f).read_text())
+        d = read_record(f)
         parts.setdefault(d["part"], []).append(d)
     compared = before_after(parts.get("bench", []))
     latest_only(parts)

@@ -84,18 +84,29 @@ def test_padding_to_multiple_of_k():
     assert ref.blocks(4096, 8192, 64) == (64, 128, 4096, 8192)
 
 
-def test_cases_small_preset_all_layers():
+def test_cases_small_preset_all_layers(compose):
+    """size=small: model.small's shapes replace Table 3's (the layers the CPU times), every k fits."""
+    from pipeline.config import apply_small_preset
     from pipeline.models.bcm.model import make_case
+    cfg = compose(["model=bcm"])
+    assert (cfg.model.shapes.A.out, cfg.model.shapes.A.inp, cfg.model.shapes.B.c) == (4096, 8192, 256)
+    line = apply_small_preset(cfg)
+    shapes = cfg.model.shapes
+    assert (shapes.A.out, shapes.A.inp, shapes.B.h, shapes.B.c, shapes.B.cout, shapes.C.out) == \
+        (256, 512, 4, 64, 64, 128)
+    assert line.startswith("size=small: model shapes={A: {out: 256, inp: 512}, B: {h: 4, w: 4, c: 64, cout: 64}, ")
     r = np.random.default_rng(0)
     for layer in "ABC":
         for k in (16, 32, 64):
-            c = make_case(layer, k, 8, "small", r)
+            c = make_case(layer, shapes[layer], k, 8, r)
             assert c.params["k"] == k and c.params["p"] >= 1
+    assert make_case("B", shapes.B, 16, 8, r).inputs["x"].shape == (4, 4, 4, 64)      # conv: half the batch
 
 
 @pytest.mark.parametrize("override,msg", [
     ("block_size=48", "block_size=48 is not allowed: a power of two"),
-    ("model.layers=[Z]", "model.layers='Z' is not allowed"),
+    ("model.layers=[Z]", "model.layers='Z' is not allowed: a layer of model.shapes (A, B, C)"),
+    ("model.shapes.A.type=lstm", "model.shapes.A.type='lstm' is not allowed: fc or conv"),
     ("kernel=o1 model.baselines=[nope]", "model.baselines='nope' is not allowed"),
 ])
 def test_config_errors_are_one_line(cli, override, msg):

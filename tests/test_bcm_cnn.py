@@ -201,6 +201,30 @@ def test_cli_mnist_small(cli, compose):
     assert "conv288-64[BCM]" in r.stdout + r.stderr
 
 
+def test_image_counts_come_from_the_dataset_and_its_small_preset(compose, monkeypatch):
+    """dataset.train_images / test_images limit the images (0: all; on size=small cifar10's and
+    mnist's dataset.small set them, digits has none); model.train_limit / test_limit win; a stand-in
+    (dataset.fallback) is not limited by the dataset it stands in for."""
+    from pipeline.config import apply_small_preset
+    from pipeline.models.bcm_cnn import data
+    x = np.random.default_rng(0).random((2000, 4, 4, 1), np.float32)
+    y = np.arange(2000) % 10
+    monkeypatch.setattr(data, "_raw", lambda cfg, name: (x, y, x[:800], y[:800]))
+    sizes = lambda cfg, name: tuple(len(s.y) for s in data.load(cfg, name, 0))      # noqa: E731
+    cfg = compose(["model=bcm_cnn", "dataset=mnist"])
+    assert sizes(cfg, "mnist") == (2000, 800)
+    assert apply_small_preset(cfg, "dataset").startswith("size=small: dataset train_images=1000 test_images=500")
+    assert sizes(cfg, "mnist") == (1000, 500)
+    cfg.model.train_limit, cfg.model.test_limit = 300, 20
+    assert sizes(cfg, "mnist") == (300, 20)
+    cfg = compose(["model=bcm_cnn"])                        # CIFAR-10, digits when it is not there
+    apply_small_preset(cfg, "dataset")
+    assert (cfg.dataset.train_images, cfg.dataset.test_images) == (64, 64) and cfg.dataset.fallback == "digits"
+    assert sizes(cfg, "cifar10") == (64, 64) and sizes(cfg, "digits") == (2000, 800)
+    cfg = compose(["model=bcm_cnn", "dataset=digits"])
+    assert apply_small_preset(cfg, "dataset") is None and sizes(cfg, "digits") == (2000, 800)
+
+
 # ------------------------------------------------------------------------------ the training harness
 
 

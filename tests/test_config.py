@@ -429,3 +429,38 @@ def test_an_unknown_key_of_a_nested_schema_is_named():
     assert _unknown_key(text).startswith("model.warp.bogus is not a known key in model.warp; known keys: samples,")
     text = "Could not override 'dataset.layout.sepp'.\nKey 'sepp' not in 'LayoutConf'"
     assert _unknown_key(text) == "dataset.layout.sepp is not a known key in dataset.layout: did you mean dataset.layout.sep?"
+
+
+def test_dataset_small_is_the_datasets_size_preset(compose, monkeypatch, tmp_path):
+    """dataset.small, like model.small: on size=small its keys replace the dataset's (one line says
+    so, a typed override of one of them is named as not used); it may name only keys of the
+    dataset's schema, not its identity; size=full leaves the dataset as it is."""
+    from pipeline import config
+    from pipeline.context import make_context
+    typed = ["dataset=radixnet_4096", "dataset.layers=6", "dataset.inputs=random"]
+    monkeypatch.setattr(config, "task_overrides", lambda: typed)
+    cfg = compose(["model=sparse_dnn", "dataset=radixnet_4096", "dataset.layers=6", "dataset.inputs=random",
+                   "backend=cpu"])
+    validate(cfg)
+    notices = make_context(cfg, tmp_path).notices
+    d = cfg.dataset
+    assert (d.neurons, d.layers, d.images, d.inputs) == (1024, 24, 400, "random")
+    assert notices[1:] == [
+        "size=small: dataset.layers=6 not used (the small preset replaces it); pass size=full to use it",
+        "size=small: dataset neurons=1024 layers=24 images=400 (dataset.small; dataset.small=null keeps the full "
+        "settings)"]
+    cfg = compose(["model=sparse_dnn", "dataset=radixnet_4096", "dataset.layers=6", "size=full", "backend=cpu"])
+    make_context(cfg, tmp_path)
+    assert (cfg.dataset.neurons, cfg.dataset.layers) == (4096, 6)
+    for key in ("nope", "name", "path"):             # not a key of the schema; the dataset's identity
+        with pytest.raises(ConfigError, match=rf"^dataset\.small\.{key}=.* is not allowed: a key of dataset="):
+            validate(compose(["model=sparse_dnn", "dataset=radixnet_4096", f"+dataset.small.{key}=x"]))
+
+
+def test_a_typed_key_inside_a_small_block_is_named_as_not_used(compose, monkeypatch):
+    """A small block that sets nested keys (bcm's model.small.shapes) replaces a typed key inside
+    them, or the dict holding them, but not a sibling it leaves alone."""
+    from pipeline import config
+    typed = ["model=bcm", "model.shapes.A.out=2048", "model.shapes.A.type=fc", "model.shapes={}", "block_size=16"]
+    monkeypatch.setattr(config, "task_overrides", lambda: typed)
+    assert config.replaced_by_small_preset(compose(["model=bcm"])) == ["model.shapes.A.out=2048", "model.shapes={}"]

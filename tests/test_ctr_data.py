@@ -241,7 +241,7 @@ def test_user_format_from_the_docs(compose, tmp_path):
                    f"data_dir={tmp_path / 'data'}", f"cache_dir={tmp_path / 'cache'}"])
     from pipeline.config import validate
     validate(cfg)
-    ident, load = ctr.source(cfg, "full")
+    ident, load = ctr.source(cfg)
     Xtr, ytr, Xva, yva = load()
     from datetime import datetime
 
@@ -276,30 +276,30 @@ def test_avazu_source_files_split_and_cache(compose, tmp_path, monkeypatch):
     rows = [avazu_row(i, int(i % 4 == 0), f"1410{21 + i // 20}{i % 24:02d}") for i in range(100)]
     base = ["model=wide_lr", "dataset=avazu", f"data_dir={tmp_path / 'data'}", f"cache_dir={tmp_path / 'cache'}"]
     with pytest.raises(DataError) as e:
-        ctr.source(compose(base), "full")
+        ctr.source(compose(base))
     assert str(e.value) == (f"file not found: put train.csv at {tmp_path / 'data' / 'avazu' / 'train.csv'} "
                             f"(from Kaggle's Avazu CTR competition), or set dataset.path=<that file or its folder> "
                             f"(dataset 'avazu')")
     (tmp_path / "data" / "avazu").mkdir(parents=True)
     f = write_avazu(tmp_path / "data" / "avazu" / "train.csv", rows)
-    ident, load = ctr.source(compose(base), "full")
+    ident, load = ctr.source(compose(base))
     Xtr, ytr, Xva, yva = load()
     assert Xtr.shape[0] == 90 and Xva.shape[0] == 10                                # the last 10 % held out
     assert same(Xva, hashed([avazu_tokens(r) for r in rows[90:]]))
-    # dataset.path naming the file itself; size=small: small_rows training rows, the next ones held out
+    # dataset.path naming the file itself; dataset.rows training rows, the next ones held out
     other = tmp_path / "elsewhere.csv"
     other.write_bytes(f.read_bytes())
-    ident2, load2 = ctr.source(compose(base + [f"dataset.path={other}", "dataset.small_rows=45"]), "small")
+    ident2, load2 = ctr.source(compose(base + [f"dataset.path={other}", "dataset.rows=45"]))
     Xtr2, ytr2, Xva2, yva2 = load2()
     assert Xtr2.shape[0] == 45 and Xva2.shape[0] == 5 and ident2["train"]["file"] == str(other.resolve())
     assert same(Xtr2, hashed([avazu_tokens(r) for r in rows[:45]])) and ident2 != ident
     # a big file keeps its parsed rows in cache_dir; a layout change is another entry
     monkeypatch.setattr(ctr, "PARSE_CACHE_BYTES", 0)
     for _ in range(2):
-        a = ctr.source(compose(base), "full")[1]()
+        a = ctr.source(compose(base))[1]()
         assert same(a[0], Xtr) and np.array_equal(a[3], yva)
     assert len(list((tmp_path / "cache").glob("ctr-avazu-*.npz"))) == 1
-    ctr.source(compose(base + ["dataset.layout.derived=[]"]), "full")[1]()
+    ctr.source(compose(base + ["dataset.layout.derived=[]"]))[1]()
     assert len(list((tmp_path / "cache").glob("ctr-avazu-*.npz"))) == 2
 
 

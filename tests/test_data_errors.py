@@ -291,14 +291,14 @@ def test_criteo_split_without_rows(compose, tmp_path, which):
     cfg = compose(["model=wide_lr", "dataset=criteo10k", f"data_dir={tmp_path / 'data'}",
                    f"cache_dir={tmp_path / 'cache'}"])
     culprit = tr if which == "train-empty" else va
-    raises(ctr.source(cfg, "full")[1], culprit, "no rows (the file is empty)", "dataset 'criteo10k'")   # was 0 rows
+    raises(ctr.source(cfg)[1], culprit, "no rows (the file is empty)", "dataset 'criteo10k'")   # was 0 rows
 
 
 def test_avazu_header_only(compose, tmp_path):
     from pipeline.data import ctr
     f = _avazu(tmp_path / "train.csv", [])
     cfg = compose(["model=wide_lr", "dataset=avazu", f"dataset.path={f}", f"cache_dir={tmp_path / 'cache'}"])
-    raises(ctr.source(cfg, "full")[1], f, "no rows after the header")
+    raises(ctr.source(cfg)[1], f, "no rows after the header")
 
 
 def test_click_log_directory(tmp_path):

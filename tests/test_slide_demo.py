@@ -34,8 +34,9 @@ def test_default_cpu_command_beats_the_popularity_baseline(compose, tmp_path):
     rep = runner.run(cfg, out_dir=tmp_path, echo=False)
     rows = {r["variant"]: r for r in rep.rows}
     assert set(rows) == {"cpu", "cpu_dense"} and not rep.failures
+    from pipeline.config import with_small
     from pipeline.data import xc_synth
-    d = xc_synth.load(cfg.dataset, cache_dir=str(tmp_path), size="small", seed=0, notice=lambda m: None)
+    d = xc_synth.load(with_small(cfg.dataset), cache_dir=str(tmp_path), seed=0)
     assert (d.n_labels, d.train.n, d.test.n) == (5000, 4000, 1000)          # the default preset ran
     pop = _popular_p1(d.train.Y, d.test.Y)
     assert 0.02 < pop < 0.1
@@ -81,11 +82,11 @@ def _prepare(prepared, overrides):
 
 def test_named_path_is_read_on_the_cpu_first_rows(compose, tmp_path, own_files, prepared):
     """dataset=amazon670k dataset.path=DIR on the CPU preset trains on DIR's files (not generated data):
-    their first small_train_rows / small_test_rows rows, with a notice saying so; and the whole
+    their first dataset.small.train_rows / test_rows rows, with a notice saying so; and the whole
     files when they are shorter than that."""
     folder, tr, te = own_files
     ov = ["dataset=amazon670k", f"dataset.path={folder}", "dataset.features=0", "dataset.labels=0"]
-    m, notes = _prepare(prepared, ov + ["dataset.small_train_rows=200", "dataset.small_test_rows=50"])
+    m, notes = _prepare(prepared, ov + ["dataset.small.train_rows=200", "dataset.small.test_rows=50"])
     d = m.data
     assert (d.n_features, d.n_labels) == (60, 12) and d.source.startswith(f"real: {folder}")
     assert d.train.n == 200 and d.test.n == 50

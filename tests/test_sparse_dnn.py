@@ -249,16 +249,52 @@ def test_config_composes(compose):
     assert len(cfg.model.grid) == 12 and cfg.model.paper["65536x1920"]["snig"] == pytest.approx(1489.46)
 
 
+def test_snig_table3_small_preset_is_one_small_network(compose, tmp_path):
+    """On size=small the grid gives way (model.small) to the dataset's small network (dataset.small)."""
+    from pipeline.config import validate
+    from pipeline.context import make_context
+    cfg = compose(["experiment=snig_table3", "backend=cpu"])
+    validate(cfg)
+    notices = make_context(cfg, tmp_path).notices
+    assert list(cfg.model.grid) == [] and (cfg.dataset.neurons, cfg.dataset.layers) == (1024, 24)
+    assert "size=small: model grid=[] (model.small; model.small=null keeps the full settings)" in notices
+
+
+def test_small_preset_runs_the_dataset_small_block_and_times_in_ms(prepared):
+    """size=small: a RadiX-Net shrinks to dataset.small's network (said in one line); the table,
+    the summary metrics and the fastest line time a pass in ms (median_ms, iqr_ms, compute_ms)."""
+    from pipeline.headline import fastest_lines
+    m, ctx = prepared("model=sparse_dnn", "backend=cpu", "dataset=radixnet_4096", "dataset.inputs=random",
+                      "dataset.small.layers=4", "dataset.small.images=60", "model.repeats=2", "model.warmup=0")
+    assert [(n.N, n.L, n.images) for n in m.nets] == [(1024, 4, 60)]
+    assert ("size=small: dataset neurons=1024 layers=4 images=60 (dataset.small; dataset.small=null keeps the "
+            "full settings)") in ctx.notices
+    m.execute()
+    rep = m.report()
+    row = rep.rows[0]
+    assert {"median_ms", "iqr_ms", "transfer_ms", "compute_ms"} <= set(rep.columns)
+    assert not [c for c in rep.columns if c.endswith("_s")]
+    assert rep.metrics["summary/objective"] == rep.metrics["summary/1024x4/cpu/median_ms"] == row["median_ms"]
+    assert row["compute_ms"] == row["median_ms"] and row["rate_geps"] == pytest.approx(
+        m.nets[0].edges() * 60 / (row["median_ms"] * 1e-3) / 1e9)
+    line, = fastest_lines(rep.rows, measures=rep.measures)
+    assert line.startswith("network=radixnet-1024-l4 N=1024 L=4 images=60: fastest: cpu ")
+    assert line.endswith(" ms a pass")
+
+
 @pytest.mark.parametrize("override,key", [
     ("model.num_secs=3", "model.num_secs"),
     ("model.block=[4,512]", "model.block"),
     ("dataset.format=csv", "dataset.format"),
     ("kernel=fused", "kernel"),
+    ("dataset=radixnet_1024 dataset.small.layers=0", "dataset.small.layers=0 is not allowed"),   # the small preset
+    ("dataset=radixnet_1024 dataset.small.neurons=100", "dataset.small.neurons=100 is not allowed"),
+    ("dataset=radixnet_1024 +dataset.small.depth=4", "dataset.small.depth=4 is not allowed: a key of dataset="),
 ])
 def test_config_errors(compose, override, key):
     from pipeline.config import validate
     from pipeline.errors import ConfigError
-    cfg = compose(["model=sparse_dnn", override])
+    cfg = compose(["model=sparse_dnn", *override.split()])
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         validate(cfg)
 
@@ -289,7 +325,7 @@ def test_pull_config_is_checked(compose):
 @pytest.mark.slow
 def test_cli_cpu_radixnet_small(cli):
     r = cli("model=sparse_dnn", "backend=cpu", "dataset=radixnet_4096", "dataset.inputs=random",
-            "dataset.small_layers=12", "dataset.small_images=200")
+            "dataset.small.layers=12", "dataset.small.images=200")
     assert r.returncode == 0, r.stderr
     assert "radixnet-1024-l12" in r.stdout and " ok " in r.stdout
 

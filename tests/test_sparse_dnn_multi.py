@@ -138,7 +138,7 @@ def test_gpus_config_checks(compose):
 
 @pytest.mark.parametrize("overrides,network", [
     ((), "hpec-1024-l120"),
-    (("dataset=radixnet_4096", "dataset.inputs=random", "dataset.small_layers=12", "dataset.small_images=200"),
+    (("dataset=radixnet_4096", "dataset.inputs=random", "dataset.small.layers=12", "dataset.small.images=200"),
      "radixnet-1024-l12"),
 ])
 @pytest.mark.slow

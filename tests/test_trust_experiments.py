@@ -168,8 +168,8 @@ def test_sparse_dnn_columns_say_what_the_check_holds(compose, tmp_path, fresh):
     from pipeline.models.sparse_dnn.model import SparseDnnModel
     from pipeline.results import format_table
     _, env = fresh
-    cfg = compose(["model=sparse_dnn", "dataset=radixnet_1024", "dataset.inputs=random", "dataset.small_layers=4",
-                   "dataset.small_images=60", "model.repeats=1", "model.warmup=0", *env])
+    cfg = compose(["model=sparse_dnn", "dataset=radixnet_1024", "dataset.inputs=random", "dataset.small.layers=4",
+                   "dataset.small.images=60", "model.repeats=1", "model.warmup=0", *env])
     validate(cfg)
     model = SparseDnnModel(cfg, make_context(cfg, tmp_path))
     model.prepare()

@@ -69,7 +69,7 @@ def test_nothing_cached_from_broken_file(tmp_path, compose):
     cfg = compose(["model=wide_lr", f"data_dir={tmp_path / 'data'}", f"cache_dir={cache}", "dataset.name=broken",
                    "dataset.path=broken", "dataset.train=tr.svm", "dataset.val=va.svm", "dataset.features=5"])
     with pytest.raises(DataError, match=r"tr.svm:3:"):
-        prep.prepare(cfg, "full", 4, 2)
+        prep.prepare(cfg, 4, 2)
     assert not cache.exists() or not any(cache.iterdir())
 
 
@@ -1182,10 +1182,10 @@ def test_cli_wide_fm_cpu(cli):
 
 def test_criteo10k_prepared(compose, tmp_path):
     cfg = compose(["model=wide_fm", "dataset=criteo10k", f"cache_dir={tmp_path}"])
-    D = prep.prepare(cfg, "small", 32, 128)
+    D = prep.prepare(cfg, 32, 128)
     assert D.n == 8000 and D.Xva.shape == (2000, 10 ** 6) and D.d == 10 ** 6
     assert np.all(np.diff(D.freq) <= 0) and D.freq[0] > 4000          # missing values are frequent
-    again = prep.prepare(cfg, "small", 32, 128)                           # from the cache
+    again = prep.prepare(cfg, 32, 128)                           # from the cache
     assert np.array_equal(again.fid, D.fid) and len(list(tmp_path.iterdir())) == 1
 
 

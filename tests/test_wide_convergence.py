@@ -59,8 +59,10 @@ def sklearn_auc(data: prep.WideData) -> float:
 
 
 def prepared(compose, cache: Path, *overrides: str) -> prep.WideData:
+    from pipeline.config import apply_small_preset
     cfg = compose(["model=wide_lr", f"cache_dir={cache}", *overrides])
-    return prep.prepare(cfg, "small", int(cfg.model.chunk), int(cfg.model.hot))
+    apply_small_preset(cfg, "dataset")                                    # size=small, as a CPU run
+    return prep.prepare(cfg, int(cfg.model.chunk), int(cfg.model.hot))
 
 
 def write_rare_positives(folder: Path, n_train: int = 20000, n_val: int = 10000, d: int = 300, positives: float = 0.03,
@@ -414,7 +416,7 @@ def test_a_path_given_to_the_generator_is_refused(tmp_path):
 @pytest.mark.slow
 def test_a_cpu_preset_that_cuts_the_users_file_says_so(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pipeline", "model=wide_lr", "backend=cpu", "tracking=off",
-                        "dataset.small_rows=1000", "model.epochs=2", f"hydra.run.dir={tmp_path}/run"], cwd=ROOT,
+                        "dataset.small.rows=1000", "model.epochs=2", f"hydra.run.dir={tmp_path}/run"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "trains on its first 1000 training rows (dataset.small_rows=1000; size=full reads them all)" in r.stderr
+    assert "trains on its first 1000 training rows (dataset.rows=1000; 0 reads them all)" in r.stderr

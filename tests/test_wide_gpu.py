@@ -16,7 +16,7 @@ def make(compose, tmp_path, overrides):
     cfg = compose(["backend=cuda", "progress=false", f"cache_dir={tmp_path}", *overrides])
     ctx = make_context(cfg, tmp_path)
     m = cfg.model
-    data = prep.prepare(cfg, ctx.size, int(m.chunk), int(m.hot))
+    data = prep.prepare(cfg, int(m.chunk), int(m.hot))
     return cfg, ctx, data
 
 

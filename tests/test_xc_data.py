@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from pipeline.config import apply_small_preset
 from pipeline.data import xc, xc_dataset, xc_synth
 from pipeline.errors import ConfigError, DataError
 
@@ -359,10 +360,22 @@ def test_generated_dataset_configs_carry_the_published_shapes(compose, name):
     d = compose([f"dataset={name}"]).dataset
     for key, value in xc_synth.SHAPES[name].items():
         assert d[key] == value, key
-    spec, tr, te, _ = xc_synth.spec_from_cfg(d, "full")
+    spec, tr, te, _ = xc_synth.spec_from_cfg(d)
     assert (spec.features, spec.labels, tr, te) == (d.features, d.labels, d.train_rows, d.test_rows)
-    spec, tr, te, what = xc_synth.spec_from_cfg(d, "small")
-    assert (spec.features, spec.labels, tr, te) == (2000, 5000, 4000, 1000) and what == "small preset"
+
+
+@pytest.mark.parametrize("name", ["amazon670k", "wiki325k"])
+def test_small_preset_is_the_dataset_small_block(compose, name):
+    """size=small: dataset.small replaces the generator's shape (the set generated and cached
+    before the block existed: 2000 features, 5000 labels, 4000 / 1000 rows, the full set's
+    densities) and says so in one line; a dataset.scale typed is not used there."""
+    cfg = compose([f"dataset={name}", "dataset.scale=0.5"])
+    line = apply_small_preset(cfg, "dataset")
+    spec, tr, te, shrunk = xc_synth.spec_from_cfg(cfg.dataset)
+    assert (spec.features, spec.labels, tr, te, shrunk) == (2000, 5000, 4000, 1000, "")
+    assert spec.nnz_per_row == xc_synth.SHAPES[name]["nnz_per_row"]
+    assert line == ("size=small: dataset features=2000 labels=5000 train_rows=4000 test_rows=1000 scale=1.0 "
+                    "(dataset.small; dataset.small=null keeps the full settings)")
 
 
 @pytest.mark.parametrize("override,key", [
@@ -400,14 +413,14 @@ def test_load_bibtex_real(compose, tmp_path):
     assert len(list((tmp_path / "c").glob("xc-bibtex_*.npz"))) == 2
 
 
-def test_load_generated_small_notice_and_cache(compose, tmp_path, monkeypatch):
-    cfg = compose(["dataset=amazon670k", "dataset.small_train_rows=600", "dataset.small_test_rows=200"])
+def test_load_generated_small_and_cache(compose, tmp_path, monkeypatch):
+    cfg = compose(["dataset=amazon670k", "dataset.small.train_rows=600", "dataset.small.test_rows=200"])
+    apply_small_preset(cfg, "dataset")
     notes = []
     d = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=str(tmp_path / "c"), size="small", seed=3,
                 notice=notes.append)
-    assert d.source.startswith("generated: small preset") and d.train.n == 600 and d.test.n == 200
-    assert (d.n_features, d.n_labels) == (2000, 5000)
-    assert any("size=small" in n for n in notes)
+    assert d.source.startswith("generated: 600+200 rows, 2000 features") and d.train.n == 600 and d.test.n == 200
+    assert (d.n_features, d.n_labels) == (2000, 5000) and not notes
     monkeypatch.setattr(xc_synth, "generate", lambda *a, **k: pytest.fail("regenerated despite the cache"))
     again = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=str(tmp_path / "c"), size="small", seed=3,
                     notice=notes.append)
@@ -441,11 +454,40 @@ def test_load_real_files_found_in_data_dir_or_given_path(compose, tmp_path):
                    "dataset.features=0", "dataset.labels=0"])
     d = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path / "none"), cache_dir=None, size="full", seed=0)
     assert (d.n_features, d.n_labels) == (50, 4)
+    cfg = compose(["dataset=amazon670k", "dataset.test=test.txt.gz"])
+    apply_small_preset(cfg, "dataset")
     notes = []
-    d = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path / "none"), cache_dir=None, size="small", seed=0,
-                notice=notes.append)
-    assert d.source.startswith("generated: small preset") and d.n_labels == 5000
-    assert any("does not read the real files" in n for n in notes)
+    d = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="small", seed=0,
+                        notice=notes.append)                       # the data_dir folder: size=full only
+    assert d.source.startswith("generated: ") and d.n_labels == 5000 and notes == [
+        f"dataset amazon670k: size=small does not read the real files in {tmp_path / 'amazon670k'} (size=full does)"]
+
+
+def test_a_named_folder_on_size_small_keeps_its_first_rows(compose, tmp_path):
+    """A dataset.path folder is read on size=small too: its header's shape (dataset.features / labels
+    are the small preset's generated shape there), the first dataset.small.train_rows / test_rows rows,
+    said in one line; size=full reads them whole."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    write(folder / "train.txt", "3 135909 670091\n0 0:1\n1 1:1\n2 2:1\n")
+    write(folder / "test.txt", "2 135909 670091\n0 0:1\n1 1:1\n")
+    cfg = compose(["dataset=amazon670k", f"dataset.path={folder}", "dataset.small.train_rows=2"])
+    apply_small_preset(cfg, "dataset")
+    notes = []
+    d = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="small", seed=0, notice=notes.append)
+    assert (d.train.n, d.test.n, d.n_features, d.n_labels) == (2, 2, 135909, 670091)
+    assert d.source == f"real: {folder}, first 2 / 2 rows" and (d.train.Y.indices == [0, 1]).all()
+    assert notes == [f"dataset.path={folder}: the CPU preset (size=small) trains on the first 2 of the 3 rows of "
+                     f"train.txt and evaluates on the first 2 of the 2 rows of test.txt (dataset.small.train_rows / "
+                     f"test_rows; size=full uses all)"]
+    whole = xc_dataset.load(compose(["dataset=amazon670k", f"dataset.path={folder}"]).dataset, data_dir=str(tmp_path),
+                            cache_dir=None, size="full", seed=0)
+    assert (whole.train.n, whole.test.n) == (3, 2)
+    cfg = compose(["dataset=amazon670k", f"dataset.path={folder}", "dataset.small.train_rows=5"])
+    apply_small_preset(cfg, "dataset")
+    notes = []
+    d = xc_dataset.load(cfg.dataset, data_dir=str(tmp_path), cache_dir=None, size="small", seed=0, notice=notes.append)
+    assert (d.train.n, d.test.n) == (3, 2) and "used whole on size=small" in notes[0]
 
 
 def test_load_real_errors(compose, tmp_path):

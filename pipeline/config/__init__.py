@@ -75,12 +75,8 @@ class LauncherConf:
 
 @dataclass
 class KernelConf:
-    """``kernel=<variant>``: the one variant under test (model.variants=[a, b] runs several
-    instead). Its options are the variant names of the models' registries (see
-    :func:`store_kernel_options`); ``conf/kernel/<model>_default.yaml`` is each model's default.
-    A variant's settings are keys of its model (``model.*``), not of this group. A model's default
-    entry may list ``variants``: what its default command times side by side (the paper's variant
-    and the project's fastest)."""
+    """``kernel=<variant>``: the one variant under test (docs/usage.md); its options are the
+    registries' variant names (:func:`store_kernel_options`)."""
     name: str = MISSING                     # the variant under test
     variants: List[str] = field(default_factory=list)   # the default entry's side-by-side list
 
@@ -93,9 +89,6 @@ class ModelConf:
     knob (``block_size``, ``batch_size``, ``epochs``) that this model does not use what to write
     instead, e.g. ``{"block_size": "model.block_size (threads per block)"}``."""
     TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {}
-    # other keys (``dataset.*``) whose values size=small replaces (e.g. a generator's small_scale):
-    # a run that was given one says so (see :func:`replaced_by_small_preset`)
-    SMALL_REPLACES: ClassVar[tuple] = ()
     name: str = MISSING
     impl: str = MISSING                      # "package.module:Class"
     variants: List[str] = field(default_factory=list)   # empty: [kernel.name]
@@ -111,6 +104,7 @@ class DatasetConf:
     kind: str = "synthetic"                  # synthetic | real
     path: str = ""
     fallback: str = ""                       # a model default's stand-in when this data is absent (one-line notice)
+    small: Optional[Dict[str, Any]] = None   # size=small: these dataset keys replace the others; null: none
 
 
 @dataclass
@@ -221,35 +215,45 @@ def groups_help() -> str:
 
 # ---------------------------------------------------------------- validation after composition
 
-SMALL_IDENTITY = ("small", "name", "impl", "variants", "baselines")
+# what a size=small preset (``<group>.small``) may not replace: the identity of the model or dataset
+SMALL_IDENTITY = {"model": ("small", "name", "impl", "variants", "baselines"),
+                  "dataset": ("small", "name", "kind", "format", "path", "fallback")}
 
 
 def check_small_keys(cfg) -> None:
-    """``model.small`` (the model's size=small preset) may replace only keys of the model's schema,
-    not its identity: one-line ConfigError naming ``model.small.<key>``."""
-    t = OmegaConf.get_type(cfg.model)
-    known = [f.name for f in dataclasses.fields(t)] if t is not None and dataclasses.is_dataclass(t) else list(cfg.model)
-    keys = [k for k in known if k not in SMALL_IDENTITY]
-    for k in cfg.model.get("small") or {}:
-        require(k in keys, f"model.small.{k}", cfg.model.small[k], f"a key of model={cfg.model.name}: {', '.join(keys)}")
+    """``model.small`` / ``dataset.small`` may replace only keys of their schema, not its identity:
+    one-line ConfigError naming ``<group>.small.<key>``."""
+    for group, identity in SMALL_IDENTITY.items():
+        node = cfg[group]
+        t = OmegaConf.get_type(node)
+        known = _schema_fields(t) if t is not None and dataclasses.is_dataclass(t) else list(node)
+        keys = [k for k in known if k not in identity]
+        for k in node.get("small") or {}:
+            require(k in keys, f"{group}.small.{k}", node.small[k], f"a key of {group}={node.name}: {', '.join(keys)}")
 
 
-def with_small(m: DictConfig) -> DictConfig:
-    """The model config with its size=small preset applied (a copy; ``m`` itself when it has none)."""
-    return OmegaConf.merge(m, dict(m.small)) if m.get("small") else m
+def with_small(node: DictConfig) -> DictConfig:
+    """The model or dataset config with its size=small preset applied (a copy; ``node`` itself when it has none)."""
+    return OmegaConf.merge(node, dict(node.small)) if node.get("small") else node
 
 
-def apply_small_preset(cfg: DictConfig) -> Optional[str]:
-    """On size=small: the keys of ``model.small`` replace the model's, in ``cfg`` (which every stage
-    reads); returns the line that says so (None without a preset)."""
-    small = cfg.model.get("small")
+def apply_small_preset(cfg: DictConfig, group: str = "model") -> Optional[str]:
+    """On size=small: the keys of ``<group>.small`` replace the group's, in ``cfg`` (which every stage
+    and loader reads); returns the line that says so (None without a preset)."""
+    node = cfg[group]
+    small = node.get("small")
     if not small:
         return None
-    merged = with_small(cfg.model)
+    merged = with_small(node)
     for k in small:
-        cfg.model[k] = merged[k]
-    said = " ".join(f"{k}={v}" for k, v in OmegaConf.to_container(small).items())
-    return f"size=small: model {said} (model.small; model.small=null keeps the full settings)"
+        node[k] = merged[k]
+    said = " ".join(f"{k}={_flow(v)}" for k, v in OmegaConf.to_container(small).items())
+    return f"size=small: {group} {said} ({group}.small; {group}.small=null keeps the full settings)"
+
+
+def _flow(v: Any) -> str:
+    """A value as an override would write it: ``{A: {out: 256}}`` for a dict."""
+    return "{" + ", ".join(f"{k}: {_flow(x)}" for k, x in v.items()) + "}" if isinstance(v, dict) else str(v)
 
 
 def is_pow2(x: int) -> bool:
@@ -351,14 +355,19 @@ def knob(cfg: DictConfig, key: str) -> str:
 
 
 def replaced_by_small_preset(cfg: DictConfig) -> List[str]:
-    """The overrides of this run (``key=value``, as typed) that size=small replaces by the model's
-    small preset (the keys of ``model.small``, and its schema's ``SMALL_REPLACES``): on the CPU
-    backend a user who typed ``model.rows=100000`` is told the run does not use it. Empty outside a
-    Hydra run."""
-    t = OmegaConf.get_type(cfg.model)
-    keys = set(getattr(t, "SMALL_REPLACES", ()) if t is not None else ())
-    keys |= {f"model.{k}" for k in cfg.model.get("small") or {}}
-    return [o for o in task_overrides() or [] if o.split("=", 1)[0].lstrip("+~") in keys] if keys else []
+    """The overrides of this run (``key=value``, as typed) that size=small replaces by a small preset
+    (the keys of ``model.small`` and ``dataset.small``): on the CPU backend a user who typed
+    ``dataset.rows=100000`` is told the run does not use it. Empty outside a Hydra run."""
+    keys = {k for g in SMALL_IDENTITY if cfg[g].get("small") for k in _dotted(g, OmegaConf.to_container(cfg[g].small))}
+
+    def replaced(key: str) -> bool:        # the key, a key inside it or a dict holding it (not a group: model=)
+        return any(key == k or key.startswith(k + ".") or ("." in key and k.startswith(key + ".")) for k in keys)
+    return [o for o in task_overrides() or [] if replaced(o.split("=", 1)[0].lstrip("+~"))]
+
+
+def _dotted(prefix: str, v: Any) -> List[str]:
+    """The dotted keys of the leaves of ``v`` under ``prefix`` (``model.shapes.A.out``)."""
+    return [k for key, x in v.items() for k in _dotted(f"{prefix}.{key}", x)] if isinstance(v, dict) else [prefix]
 
 
 def task_overrides() -> Optional[List[str]]:

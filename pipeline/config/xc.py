@@ -27,10 +27,6 @@ class XCDatasetConf(DatasetConf):
     signal: float = 0.5               # fraction of a row's features drawn from its labels' prototypes
     empty_rows: float = 0.002         # fraction of rows without labels
     scale: float = 1.0                # fraction of the generated rows used on size=full
-    small_features: int = 2000        # size=small preset of the generator
-    small_labels: int = 5000
-    small_train_rows: int = 4000      # size=small: also the rows of dataset.path's files trained on (their first)
-    small_test_rows: int = 1000       # size=small: also the rows of dataset.path's test file evaluated (its first)
 
 
 store("dataset", "schema_xc_dataset", XCDatasetConf)
@@ -54,7 +50,7 @@ def check_xc_dataset(cfg, model: str = "") -> None:
         return
     require(d.features > 0, "dataset.features", d.features, "a positive count (the generator needs the shape)")
     require(d.labels > 0, "dataset.labels", d.labels, "a positive count (the generator needs the shape)")
-    for key in ("train_rows", "test_rows", "small_features", "small_labels", "small_train_rows", "small_test_rows"):
+    for key in ("train_rows", "test_rows"):
         require(d[key] > 0, f"dataset.{key}", d[key], "a positive integer")
     require(d.nnz_per_row >= 1, "dataset.nnz_per_row", d.nnz_per_row, "an average of at least 1")
     require(d.nnz_per_row <= d.features, "dataset.nnz_per_row", d.nnz_per_row,

@@ -1,31 +1,14 @@
 """Raw click logs -> hashed sparse rows: one reader for delimited text with one sample a line
 (Criteo's TSV, Avazu's CSV, or any layout written in a dataset config), gzip-compressed or not.
 
-A *layout* says how a line splits into columns and what each column is:
-
-- ``sep``: the field separator, one character (``tab``, ``comma``, ``semicolon``, ``space``,
-  ``pipe`` are accepted by name); ``quote``: a quote character (a line holding it is split as CSV,
-  the separator allowed inside quotes); empty: no quoting;
-- ``header``: whether the first non-empty line holds the column names; ``columns``: the names
-  (needed without a header; with a header, the header must equal them; empty: the header's);
-- ``label``: the column holding the 0/1 label;
-- ``numeric``: integer columns, each value turned into a category by ``transform``
-  (``log_squared``: v > 2 -> floor(ln(v)^2), else v itself, as the LIBSVM ``criteo`` set is built;
-  ``identity``: the integer itself);
-- ``categorical``: columns whose value is a category (``*``: every column no other role names);
-- ``ignore``: columns dropped (row ids, raw time stamps);
-- ``derived``: categories computed from a column: ``hour_of_day`` (0..23) or ``weekday`` (0 =
-  Monday) of a time stamp in ``time_format`` (``strptime``; Avazu's ``hour`` YYMMDDHH is
-  ``%y%m%d%H``).
-
-Each (name, category) pair becomes the string ``name=category`` (an empty field is a category of
-its own, ``name=``), hashed by scikit-learn's FeatureHasher (MurmurHash3, no sign flip) into
-``n_features`` dimensions with value 1; features of a row that hash alike stay a single 1.
-Formats ``criteo`` and ``avazu`` are layouts of this reader (:data:`PRESETS`); ``csv`` is one a
-user writes in ``dataset.layout``, whose keys also override a preset's.
-
-Rows are read in chunks: the distinct values of a column in a chunk are turned into strings and
-hashed once each. A malformed line stops the read with ``file:line: what was expected``.
+A *layout* (:class:`Layout`; its keys: docs/click-logs.md) says how a line splits into columns and
+what each column is: the label, integer columns made categories by a ``transform``, categorical,
+ignored and derived (hour of day, weekday) columns. Each (name, category) pair becomes the string
+``name=category``, hashed by scikit-learn's FeatureHasher (MurmurHash3, no sign flip) into
+``n_features`` dimensions with value 1. Formats ``criteo`` and ``avazu`` are layouts of this reader
+(:data:`PRESETS`); ``csv`` is one a user writes in ``dataset.layout``, whose keys also override a
+preset's. Rows are read in chunks (a column's distinct values in a chunk hashed once each); a
+malformed line stops the read with ``file:line: what was expected``.
 """
 from __future__ import annotations
 
@@ -502,16 +485,16 @@ def held_out(n: int, fraction: float) -> int:
     return min(n - 1, max(1, int(round(n * fraction)))) if n > 1 else 0
 
 
-def source(cfg, size: str):
+def source(cfg):
     """(identity dict for the cache key, loader returning (Xtr, ytr, Xva, yva)) of a click-log
     dataset (``dataset.format`` one of :data:`FORMATS`); the contract of the wide models'
-    ``prep.source``. ``size=small`` reads ``dataset.small_rows`` training rows (0: all)."""
+    ``prep.source``. ``dataset.rows`` > 0 reads that many training rows (the small preset sets it)."""
     d = cfg.dataset
     lay = layout_of(d)
     ftr, fva = locate(cfg, lay)
     feats = int(d.features) or N_FEATURES
     frac = float(d.get("val_fraction", 0.1))
-    small = int(d.small_rows) if size == "small" else 0
+    small = int(d.rows)
     limit = small
     if small and fva is None:                        # the held-out rows come after `small` training rows
         limit = small + max(1, int(round(small * frac / (1 - frac))))

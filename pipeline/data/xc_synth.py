@@ -217,34 +217,25 @@ def generate(spec: Spec, seed: int, train_rows: Optional[int] = None, test_rows:
             generate_split(spec, seed, "test", test_rows, st, progress))
 
 
-def spec_from_cfg(dcfg, size: str) -> Tuple[Spec, int, int, str]:
-    """(spec, train rows, test rows, what was shrunk) for a dataset config and a size."""
+def spec_from_cfg(dcfg) -> Tuple[Spec, int, int, str]:
+    """(spec, train rows, test rows, the scale when not 1) of a dataset config (on size=small with
+    its ``dataset.small`` preset applied)."""
     g = lambda k, d=None: dcfg.get(k, d)       # noqa: E731
-    common = dict(nnz_per_row=float(g("nnz_per_row")), labels_per_row=float(g("labels_per_row")),
-                  zipf=float(g("zipf")), feature_zipf=float(g("feature_zipf", 1.0)),
-                  prototypes=int(g("prototypes", 12)), signal=float(g("signal", 0.5)),
-                  empty_rows=float(g("empty_rows", 0.002)))
-    if size == "small":
-        spec = Spec(features=int(g("small_features")), labels=int(g("small_labels")),
-                    train_rows=int(g("small_train_rows")), test_rows=int(g("small_test_rows")), **common)
-        spec = Spec(**{**asdict(spec), "nnz_per_row": min(spec.nnz_per_row, spec.features / 4)})
-        return spec, spec.train_rows, spec.test_rows, "small preset"
     spec = Spec(features=int(g("features")), labels=int(g("labels")), train_rows=int(g("train_rows")),
-                test_rows=int(g("test_rows")), **common)
+                test_rows=int(g("test_rows")), nnz_per_row=float(g("nnz_per_row")),
+                labels_per_row=float(g("labels_per_row")), zipf=float(g("zipf")),
+                feature_zipf=float(g("feature_zipf", 1.0)), prototypes=int(g("prototypes", 12)),
+                signal=float(g("signal", 0.5)), empty_rows=float(g("empty_rows", 0.002)))
     scale = float(g("scale", 1.0))
     tr = max(1, int(round(spec.train_rows * scale)))
     te = max(1, int(round(spec.test_rows * scale)))
     return spec, tr, te, (f"scale {scale:g}" if scale != 1.0 else "")
 
 
-def load(dcfg, *, cache_dir: Optional[str], size: str, seed: int,
-         notice: Callable[[str], None] = print, progress=None) -> XCData:
+def load(dcfg, *, cache_dir: Optional[str], seed: int, progress=None) -> XCData:
     """The generated dataset of ``dcfg`` (cached by its parameters and the seed)."""
-    spec, tr, te, shrunk = spec_from_cfg(dcfg, size)
+    spec, tr, te, shrunk = spec_from_cfg(dcfg)
     name = str(dcfg.name)
-    if size == "small":
-        notice(f"dataset {name}: size=small generates a small preset ({tr} train / {te} test rows, "
-               f"{spec.features} features, {spec.labels} labels) instead of the full shape")
     params = {"v": CACHE_VERSION, "spec": asdict(spec), "train": tr, "test": te, "seed": int(seed)}
 
     def build():

@@ -5,7 +5,18 @@ from typing import ClassVar, Dict, List
 from pipeline.config import ModelConf, check_no_dataset, is_pow2, knob, require, store, validator
 from pipeline.models.bcm.variants import REGISTRY
 
-LAYERS = ("A", "B", "C")
+KINDS = ("fc", "conv")
+
+
+@dataclass
+class LayerShape:
+    type: str = "fc"       # fc: out x inp | conv: 3x3, stride 1, padding 1, h x w x c -> cout
+    out: int = 0
+    inp: int = 0
+    h: int = 0
+    w: int = 0
+    c: int = 0
+    cout: int = 0
 
 
 @dataclass
@@ -15,7 +26,8 @@ class BcmConf(ModelConf):
                   "model=bcm_cnn trains a BCM network"}
     block_size: int = 64                                    # k (paper Table 3: 16, 32, 64)
     batch_size: int = 128                                   # paper Table 3: 128 (layer B: 64)
-    layers: List[str] = field(default_factory=lambda: ["A"])
+    layers: List[str] = field(default_factory=lambda: ["A"])             # names of model.shapes
+    shapes: Dict[str, LayerShape] = field(default_factory=dict)          # paper Table 3: A, B, C
     block_sizes: List[int] = field(default_factory=list)
 
 
@@ -37,9 +49,12 @@ def _check(cfg) -> None:
     m = cfg.model
     check_block_sizes(cfg, 4, 256)
     require(int(m.batch_size) > 0, knob(cfg, "batch_size"), m.batch_size, "a positive integer")
-    require(len(m.layers) > 0, "model.layers", list(m.layers), f"a non-empty list of {', '.join(LAYERS)}")
+    shapes = ", ".join(m.shapes)
+    require(len(m.layers) > 0, "model.layers", list(m.layers), f"a non-empty list of layers of model.shapes ({shapes})")
     for name in m.layers:
-        require(name in LAYERS, "model.layers", name, f"one of {', '.join(LAYERS)}")
+        require(name in m.shapes, "model.layers", name, f"a layer of model.shapes ({shapes})")
+    for name, s in m.shapes.items():
+        require(s.type in KINDS, f"model.shapes.{name}.type", s.type, " or ".join(KINDS))
     check_no_dataset(cfg)
     names = REGISTRY.check(cfg)
     if "tiled" in names:

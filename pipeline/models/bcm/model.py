@@ -11,23 +11,13 @@ from pipeline.models.base import BenchmarkModel
 from pipeline.models.bcm import reference as ref
 from pipeline.models.bcm.costs import bcm_cost, dense_check, dense_cost
 
-# Paper Table 3, and the small preset used on the CPU backend.
-FULL = {
-    "A": dict(type="fc", out=4096, inp=8192),
-    "B": dict(type="conv", h=14, w=14, c=256, cout=512),
-    "C": dict(type="fc", out=1024, inp=1024),
-}
-SMALL = {
-    "A": dict(type="fc", out=256, inp=512),
-    "B": dict(type="conv", h=4, w=4, c=64, cout=64),
-    "C": dict(type="fc", out=128, inp=128),
-}
 # Paper Fig. 5 (Kernel Fusion over cuBLAS MM on a V100), for the plot.
 PAPER_SPEEDUP = {("A", 16): 1.12, ("A", 32): 2.1, ("A", 64): 3.5,
                  ("B", 16): 1.06, ("B", 32): 1.39, ("B", 64): 1.64}
 
-def make_case(layer: str, k: int, batch: int, size: str, rng: np.random.Generator) -> Case:
-    spec = (FULL if size == "full" else SMALL)[layer]
+
+def make_case(layer: str, spec, k: int, batch: int, rng: np.random.Generator) -> Case:
+    """Layer ``layer`` of shape ``spec`` (a ``model.shapes`` entry) at block size ``k``."""
     if spec["type"] == "fc":
         n = batch
         p, q, out_p, in_p = ref.blocks(spec["out"], spec["inp"], k)
@@ -103,7 +93,7 @@ class BcmModel(BenchmarkModel):
         m = self.cfg.model
         rng = np.random.default_rng(int(self.cfg.seed))
         ks = list(m.block_sizes) or [int(m.block_size)]
-        return [make_case(layer, int(k), int(m.batch_size), self.ctx.size, rng) for layer in m.layers for k in ks]
+        return [make_case(layer, m.shapes[layer], int(k), int(m.batch_size), rng) for layer in m.layers for k in ks]
 
     def figures(self, rows):
         return {"speedup.png": speedup_plot(rows, self.baselines)}

@@ -4,7 +4,7 @@ from typing import List
 
 from omegaconf import OmegaConf
 
-from pipeline.config import ModelConf, is_pow2, knob, require, store, validator
+from pipeline.config import DatasetConf, ModelConf, is_pow2, knob, require, store, validator
 from pipeline.models.bcm.config import check_block_sizes
 
 DATASETS = ("cifar10", "mnist", "digits")
@@ -24,14 +24,20 @@ class BcmCnnConf(ModelConf):
     weight_decay: float = 5.0e-4
     clip_norm: float = 5.0            # clip the global gradient L2 norm (0: off)
     augment: bool = True              # CIFAR-10 only: random 4-pixel-shift crops + horizontal flips
-    train_limit: int = 0              # use the first N training images after shuffling (0: all)
-    test_limit: int = 0               # evaluate on the first N test images (0: all)
+    train_limit: int = 0              # use the first N training images after shuffling (0: dataset.train_images)
+    test_limit: int = 0               # evaluate on N of the test images (0: dataset.test_images)
     eval_batch: int = 500
     min_accuracy: float = 0.0         # fail the run when a network's final test accuracy is below this
 
 
+@dataclass
+class ImageDatasetConf(DatasetConf):
+    train_images: int = 0             # the first N training images after shuffling (0: all)
+    test_images: int = 0              # a fixed class-balanced N of the test images (0: all)
+
 
 store("model", "schema_bcm_cnn", BcmCnnConf)
+store("dataset", "schema_image_dataset", ImageDatasetConf)
 
 
 @validator("bcm_cnn")
@@ -63,8 +69,10 @@ def _check_model(cfg, small=()) -> None:
     require(0 <= m.momentum < 1, key("momentum"), m.momentum, "in [0, 1)")
     require(m.clip_norm >= 0, key("clip_norm"), m.clip_norm, "a non-negative number (0: no clipping)")
     require(m.weight_decay >= 0, key("weight_decay"), m.weight_decay, "a non-negative number")
-    require(m.train_limit >= 0, key("train_limit"), m.train_limit, "0 (all) or a positive integer")
-    require(m.test_limit >= 0, key("test_limit"), m.test_limit, "0 (all) or a positive integer")
+    for k in ("train_limit", "test_limit"):
+        require(m[k] >= 0, key(k), m[k], "0 (all) or a positive integer")
+    for k in ("train_images", "test_images"):
+        require(cfg.dataset.get(k, 0) >= 0, f"dataset.{k}", cfg.dataset.get(k), "0 (all) or a positive integer")
     require(m.eval_batch > 0, key("eval_batch"), m.eval_batch, "a positive integer")
     require(m.bcm or m.dense_baseline, key("bcm"), m.bcm, "true, or model.dense_baseline=true (nothing to train)")
     require(0.0 <= m.min_accuracy <= 1.0, key("min_accuracy"), m.min_accuracy, "in [0, 1]")

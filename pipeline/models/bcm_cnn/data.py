@@ -9,9 +9,6 @@ import numpy as np
 
 from pipeline.errors import DataError
 
-# size=small (the CPU backend's preset): (train, test) images, unless model.train_limit/test_limit say.
-SMALL = {"cifar10": (64, 64), "mnist": (1000, 500), "digits": (0, 0)}
-
 
 @dataclass
 class Split:
@@ -43,14 +40,15 @@ def _raw(cfg, name: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     raise DataError(f"dataset '{name}' is not one model=bcm_cnn can train on (cifar10, mnist, digits)")
 
 
-def load(cfg, name: str, size: str, seed: int) -> Tuple[Split, Split]:
-    """(train, test) for ``name``; the training set is shuffled with ``seed`` before limiting."""
+def load(cfg, name: str, seed: int) -> Tuple[Split, Split]:
+    """(train, test) for ``name``; the training set is shuffled with ``seed`` before limiting, to
+    ``model.train_limit`` / ``test_limit`` images, else ``dataset.train_images`` / ``test_images``
+    (not on a stand-in: ``name`` other than ``dataset.name``); 0: all."""
     xtr, ytr, xte, yte = _raw(cfg, name)
-    m = cfg.model
-    ntr, nte = (int(m.train_limit), int(m.test_limit))
-    if size == "small":
-        ntr = ntr or SMALL[name][0]
-        nte = nte or SMALL[name][1]
+    m, d = cfg.model, cfg.dataset
+    own = name == str(d.name)
+    ntr = int(m.train_limit) or (int(d.train_images) if own else 0)
+    nte = int(m.test_limit) or (int(d.test_images) if own else 0)
     perm = np.random.default_rng([seed, 7]).permutation(len(ytr))
     if ntr:
         perm = perm[:ntr]

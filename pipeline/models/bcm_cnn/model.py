@@ -100,7 +100,7 @@ class BcmCnnModel(TrainingModel):
         self.dataset = fallback(cfg, str(cfg.dataset.name), ctx.notice)
         self.select()
         self.variants = list(dict.fromkeys("cpu_fft" if v == "cpu" else v for v in self.ours))
-        self.train, self.test = datasets.load(cfg, self.dataset, ctx.size, int(cfg.seed))
+        self.train, self.test = datasets.load(cfg, self.dataset, int(cfg.seed))
         n, bs = len(self.train.y), min(int(m.batch_size), len(self.train.y))
         self.samples_per_epoch = n // bs * bs           # for the progress bar (full batches only)
         self.spec = ARCHS[self.dataset]

@@ -59,7 +59,7 @@ def _labels(cfg, small: bool) -> int:
     files' header later): the generator's small preset on size=small, else ``dataset.labels``."""
     d = cfg.dataset
     generated = str(d.get("kind", "")) != "real" and not str(d.get("path", "") or "")
-    n = d.get("small_labels", 0) if small and generated else d.get("labels", 0)
+    n = (with_small(d) if small and generated else d).get("labels", 0)
     try:
         return max(0, int(n or 0))
     except (TypeError, ValueError):

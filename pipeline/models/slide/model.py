@@ -82,13 +82,6 @@ class VariantTrainer:
         return ref.precision_at_k(np.asarray(top), self.test.Y, self.ks)
 
 
-def _host_split(split, rows: int):
-    """The first ``rows`` rows of a split (all when 0)."""
-    if rows <= 0 or rows >= split.X.shape[0]:
-        return split
-    return type(split)(X=split.X[:rows], Y=split.Y[:rows])
-
-
 EVAL_STREAM = 0x5E1EC7                 # the subset's seed stream, apart from the training RNG's
 
 
@@ -133,33 +126,11 @@ def p1_target_of(hist: Dict[str, History], explicit: float):
 
 
 def load_data(cfg, size: str, notice):
-    """The dataset of ``cfg.dataset`` for a run of ``size``. A folder the user named
-    (``dataset.path`` of a kind=auto dataset: Amazon-670K, Wiki-325K) is always read, on every size:
-    both files whole (a malformed or missing file stops the run with the reader's one-line error),
-    and size=small (the CPU preset) then trains and evaluates on their first
-    ``dataset.small_train_rows`` / ``dataset.small_test_rows`` rows, and says so. Without a named
-    folder, :func:`pipeline.data.xc_dataset.load` decides (real files at every size for kind=real, the
-    generator's small preset on size=small otherwise)."""
+    """The dataset of ``cfg.dataset`` for a run of ``size`` (:func:`pipeline.data.xc_dataset.load`: a
+    folder the user named is always read, on size=small its first rows)."""
     from pipeline.data import xc_dataset
-    d = cfg.dataset
-    kw = dict(data_dir=cfg.data_dir, cache_dir=cfg.cache_dir, seed=int(cfg.seed), notice=notice)
-    named = str(d.kind) == "auto" and bool(str(d.path or ""))
-    if size != "small" or not named:
-        return xc_dataset.load(d, size=size, **kw)
-    data = xc_dataset.load(d, size="full", **kw)           # the user's files, read and checked whole
-    ntr, nte = int(d.small_train_rows), int(d.small_test_rows)
-    rows_tr, rows_te = data.train.n, data.test.n
-    train, test = _host_split(data.train, ntr), _host_split(data.test, nte)
-    if train.n < rows_tr or test.n < rows_te:
-        notice(f"dataset.path={d.path}: the CPU preset (size=small) trains on the first {train.n} of the "
-               f"{rows_tr} rows of {d.train} and evaluates on the first {test.n} of the {rows_te} rows of "
-               f"{d.test} (dataset.small_train_rows / small_test_rows; size=full uses all)")
-        source = f"{data.source}, first {train.n} / {test.n} rows"
-    else:
-        notice(f"dataset.path={d.path}: {d.train} and {d.test} used whole on size=small "
-               f"({rows_tr} train / {rows_te} test rows)")
-        source = data.source
-    return xc_dataset.XCData(data.name, train, test, data.n_features, data.n_labels, source)
+    return xc_dataset.load(cfg.dataset, size=size, data_dir=cfg.data_dir, cache_dir=cfg.cache_dir,
+                           seed=int(cfg.seed), notice=notice)
 
 
 def popular_topk(train_Y, k: int) -> np.ndarray:

@@ -4,7 +4,7 @@ from typing import Any, ClassVar, Dict, List
 
 from omegaconf import OmegaConf
 
-from pipeline.config import ModelConf, knob, require, store, validator
+from pipeline.config import DatasetConf, ModelConf, knob, require, store, validator, with_small
 
 SIZES = (1024, 4096, 16384, 65536)
 DEPTHS = (120, 480, 1920)
@@ -13,7 +13,7 @@ INPUTS = ("mnist", "random")
 
 
 @dataclass
-class SparseDnnDatasetConf:
+class SparseDnnDatasetConf(DatasetConf):
     """One network + its inputs: the packaged official npz, the official TSV files, or RadiX-Net."""
     name: str = "hpec-1024"
     kind: str = "real"                 # real | synthetic
@@ -26,12 +26,8 @@ class SparseDnnDatasetConf:
     ymax: float = 32.0
     inputs: str = "mnist"              # radixnet only: mnist (resized + binarized) | random
     golden: str = ""                   # tsv only: categories file name ('' = neuron{N}-l{L}-categories.tsv)
-    fallback: str = ""                 # radixnet with inputs=mnist: the inputs used when MNIST is not in data_dir
-                                       # (random; one-line notice); '' = fail with the fetch command
     keep_layers_gb: float = 2.0        # radixnet: layers up to this many GB (as CSR) are kept as a list; larger
                                        # networks are regenerated on demand for each pass (never all held)
-    small_layers: int = 24             # size=small preset (CPU backend)
-    small_images: int = 400
 
 
 @dataclass
@@ -65,21 +61,9 @@ store("dataset", "schema_sparse_dnn_dataset", SparseDnnDatasetConf)
 @validator("sparse_dnn")
 def _check(cfg) -> None:
     m, d = cfg.model, cfg.dataset
-    require(str(d.get("format", "")) in FORMATS, "dataset.format", d.get("format"), f"one of {', '.join(FORMATS)}")
-    require(int(d.neurons) > 0, "dataset.neurons", d.neurons, "a positive integer")
-    if d.format == "radixnet":
-        require(int(d.neurons) in SIZES, "dataset.neurons", d.neurons, f"one of {SIZES} for RadiX-Net")
-        require(str(d.inputs) in INPUTS, "dataset.inputs", d.inputs, f"one of {', '.join(INPUTS)}")
-    stand_ins = tuple(i for i in INPUTS if i != "mnist")
-    require(str(d.get("fallback", "") or "") in ("",) + stand_ins, "dataset.fallback", d.get("fallback"),
-            f"'' (MNIST or fail) or {', '.join(stand_ins)} (RadiX-Net inputs when MNIST is not in data_dir)")
-    require(int(d.layers) > 0, "dataset.layers", d.layers, "a positive integer")
-    require(int(d.images) >= 0, "dataset.images", d.images, "0 (all) or a positive integer")
-    require(int(d.small_layers) > 0, "dataset.small_layers", d.small_layers, "a positive number of layers (size=small)")
-    require(int(d.small_images) > 0, "dataset.small_images", d.small_images, "a positive number of images (size=small)")
-    require(float(d.ymax) > 0, "dataset.ymax", d.ymax, "a positive number")
-    require(float(d.get("keep_layers_gb", 2.0)) >= 0, "dataset.keep_layers_gb", d.get("keep_layers_gb"),
-            "0 (always regenerate) or a positive number of GB")
+    _check_dataset(d)
+    if d.small:        # the size=small preset's values pass the same checks, named dataset.small.<key>
+        _check_dataset(with_small(d), set(d.small))
     require(int(m.batch_size) >= 0, knob(cfg, "batch_size"), m.batch_size, "0 (one batch) or a positive integer")
     require(int(m.weight_buffers) >= 1, "model.weight_buffers", m.weight_buffers, "at least 1")
     require(int(m.num_secs) >= 0, "model.num_secs", m.num_secs, "0 (auto) or a positive integer")
@@ -99,6 +83,24 @@ def _check(cfg) -> None:
     for cell in list(m.grid):
         require(_grid_cell_ok(cell), "model.grid", list(cell) if OmegaConf.is_list(cell) else cell,
                 f"[N, L] with N in {SIZES}")
+
+
+def _check_dataset(d, small=()) -> None:
+    def key(k: str) -> str:
+        return f"dataset.small.{k}" if k in small else f"dataset.{k}"
+    require(str(d.get("format")) in FORMATS, key("format"), d.get("format"), f"one of {', '.join(FORMATS)}")
+    require(int(d.neurons) > 0, key("neurons"), d.neurons, "a positive integer")
+    if d.format == "radixnet":
+        require(int(d.neurons) in SIZES, key("neurons"), d.neurons, f"one of {SIZES} for RadiX-Net")
+        require(str(d.inputs) in INPUTS, key("inputs"), d.inputs, f"one of {', '.join(INPUTS)}")
+    stand_ins = tuple(i for i in INPUTS if i != "mnist")
+    require(str(d.fallback or "") in ("",) + stand_ins, key("fallback"), d.fallback,
+            f"'' (MNIST or fail) or {', '.join(stand_ins)} (RadiX-Net inputs when MNIST is not in data_dir)")
+    require(int(d.layers) > 0, key("layers"), d.layers, "a positive integer")
+    require(int(d.images) >= 0, key("images"), d.images, "0 (all) or a positive integer")
+    require(float(d.ymax) > 0, key("ymax"), d.ymax, "a positive number")
+    require(float(d.keep_layers_gb) >= 0, key("keep_layers_gb"), d.keep_layers_gb,
+            "0 (always regenerate) or a positive number of GB")
 
 
 def _grid_cell_ok(cell) -> bool:

@@ -1,13 +1,7 @@
-"""model=sparse_dnn: SNIG sparse DNN inference on the HPEC Sparse DNN Challenge networks.
-
-The dataset picks the network (official packaged subset, official TSV files, or a RadiX-Net of any
-challenge size with MNIST-derived inputs); kernel= picks the variant (snig, pull, bf, cusparse, cpu) and
-model.baselines are timed beside it in the same run. Every variant's categories must equal the
-golden set (official golden file, row for row; else the exact CPU reference's answer, cached, on
-every row outside its rounding-ambiguous rows, which are listed), and our variants must give
-bit-identical final activations from pass to pass (digests); the rate is
-images x edges / time (the paper's metric, edges/s). With model.gpus != 1 each variant runs on one
-worker process per GPU (multi.py; on the CPU backend the workers run the reference).
+"""model=sparse_dnn: SNIG sparse DNN inference on the HPEC Sparse DNN Challenge networks
+(docs/models/sparse_dnn.md). The dataset picks the network, kernel= the variant, model.baselines are
+timed beside it; every variant's categories are checked against the golden set, our variants'
+final activations must be bit-identical from pass to pass, and the rate is images x edges / time.
 """
 from __future__ import annotations
 
@@ -41,7 +35,6 @@ DETERMINISM = {
     "cusparse": "not promised (cuSPARSE SpMM makes no run-to-run guarantee)",
     "cpu": "by design (exact semantics: the answer has no order)",
 }
-SMALL = dict(N=1024)            # size=small (CPU backend): RadiX-Net shrinks to N=1024
 
 
 def _passes(repeats: int, warmup: int) -> SimpleNamespace:
@@ -136,20 +129,14 @@ class SparseDnnModel(SelectsVariants):
             self.workers = multi.worker_count(int(m.gpus), multi.gpu_count() if self.ctx.cuda else None)
             what = f"GPUs 0..{self.workers - 1}" if self.ctx.cuda else "the SciPy reference"
             self.ctx.notice(f"model.gpus={m.gpus}: {self.workers} worker processes ({what}) claiming batches")
-        small = self.ctx.size == "small"
         cells = [(int(c[0]), int(c[1])) for c in m.grid] or [(int(d.neurons), int(d.layers))]
-        if small and d.format == "radixnet":
-            cells = sorted({(SMALL["N"], min(L, int(d.small_layers))) for _, L in cells})
-            self.ctx.notice(f"size=small: RadiX-Net shrunk to {cells} with {int(d.small_images)} images")
-        images = int(d.images)
-        if small and d.format != "npz":
-            images = min(images or 10 ** 9, int(d.small_images))
         if m.grid and d.format != "radixnet":
             raise ConfigError(f"model.grid needs a generated network (dataset.format=radixnet), got {d.format}")
         self.nets = []
         for N, L in cells:
             t0 = time.perf_counter()
-            net = load_network(cfg, N, L, images, small, self.ctx.progress, self.ctx.notice)
+            net = load_network(cfg, N, L, int(d.images), self.ctx.size == "small", self.ctx.progress,
+                               self.ctx.notice)
             net.meta["prepare_s"] = time.perf_counter() - t0
             self.nets.append(net)
             self._memory_notice(net)
@@ -224,7 +211,7 @@ class SparseDnnModel(SelectsVariants):
                 self._pass_s[(net.name, name)] = t_prof
                 if self._left(net) < t_prof:                 # model.budget_s: no room for another pass
                     self.ctx.notice(f"{net.name}/{name}: model.budget_s={m.budget_s:g} leaves no room for another "
-                                    f"{t_prof:.0f} s pass; time_s is the profiled pass (no graph)")
+                                    f"{t_prof:.0f} s pass; median_ms is the profiled pass (no graph)")
                     med, iqr, info["passes"] = t_prof, 0.0, "profile"
                     if "graph" in info:
                         info["graph"] = False                # the profiled pass runs without the graph
@@ -246,7 +233,7 @@ class SparseDnnModel(SelectsVariants):
                         info["passes"] = f"{fit} timed"
                     else:
                         self.ctx.notice(f"{net.name}/{name}: model.budget_s={m.budget_s:g} leaves no room for "
-                                        f"another {t_run:.0f} s pass; time_s is the checked pass (graph capture, "
+                                        f"another {t_run:.0f} s pass; median_ms is the checked pass (graph capture, "
                                         f"if any, included)")
                         med, iqr = t_run, 0.0
                         info["passes"] = "first run"
@@ -274,9 +261,8 @@ class SparseDnnModel(SelectsVariants):
                 floors = pass_floors(work, edges, self.ctx.peaks)
                 self.floors[net.name] = floors
                 row["pct_peak"] = 100.0 * floors["floor_s"] / med
-        row.update(categories=int(len(cats)), golden=int(len(net.golden)), time_s=med, iqr_s=iqr,
-                   rate_geps=edges / med / 1e9, transfer_s=tr_ms * 1e-3, compute_s=cp_ms * 1e-3,
-                   gpus=self.workers or 1)
+        row.update(categories=int(len(cats)), golden=int(len(net.golden)), median_ms=med * 1e3, iqr_ms=iqr * 1e3,
+                   rate_geps=edges / med / 1e9, transfer_ms=tr_ms, compute_ms=cp_ms, gpus=self.workers or 1)
         for k in ("num_secs", "rows_per_block", "batch", "graph", "per_gpu", "passes", "deterministic"):
             if k in info:
                 row[k] = info[k]
@@ -349,7 +335,7 @@ class SparseDnnModel(SelectsVariants):
                     self.skipped.append(f"{net.name}/{name}")
                     continue
                 cell.append(self._run_variant(net, name))
-            speedups(cell, self.ours, self.baselines, "time_s")   # x_vs_<b> = b's time / the variant's
+            speedups(cell, self.ours, self.baselines, "median_ms")   # x_vs_<b> = b's time / the variant's
             self.rows += cell
 
     def verify(self) -> None:
@@ -371,8 +357,8 @@ class SparseDnnModel(SelectsVariants):
     # ------------------------------------------------------------------ report
     def report(self) -> Report:
         cols = ["network", "images", "variant", "kind", "gpus", "ok", "exact_outside_ambiguous", "categories",
-                "golden", "ambiguous", "ambiguous_rows_differing", "deterministic", "time_s", "iqr_s",
-                "rate_geps", "live_gups", "pct_peak", "transfer_s", "compute_s"] + \
+                "golden", "ambiguous", "ambiguous_rows_differing", "deterministic", "median_ms", "iqr_ms",
+                "rate_geps", "live_gups", "pct_peak", "transfer_ms", "compute_ms"] + \
                [f"x_vs_{b}" for b in self.baselines] + \
                ["num_secs", "rows_per_block", "batch", "graph", "per_gpu", "passes"]
         # columns only some runs have (budget cuts, the reference's row trace, measured peaks)
@@ -386,12 +372,13 @@ class SparseDnnModel(SelectsVariants):
             cols.append("paper_geps")
         where = self.ctx.device.name if self.ctx.device else "CPU (SciPy)"
         rep = Report(rows=self.rows, columns=cols, failures=self.failures,
-                     title=f"sparse_dnn on {where}" + (f" x {self.workers} workers" if self.workers else ""))
+                     title=f"sparse_dnn on {where}" + (f" x {self.workers} workers" if self.workers else ""),
+                     measures={"median_ms": "a pass"})
         main = self.ours[0]
         for r in self.rows:
             tag = f"{r['N']}x{r['L']}"
             rep.metrics[f"summary/{tag}/{r['variant']}/rate_geps"] = r["rate_geps"]
-            rep.metrics[f"summary/{tag}/{r['variant']}/time_s"] = r["time_s"]
+            rep.metrics[f"summary/{tag}/{r['variant']}/median_ms"] = r["median_ms"]
             for k in ("live_gups", "pct_peak"):
                 if k in r:
                     rep.metrics[f"summary/{tag}/{r['variant']}/{k}"] = r[k]
@@ -410,7 +397,7 @@ class SparseDnnModel(SelectsVariants):
                              f"per worker over {len(res.times)} timed passes (batches/busy): {res.per_worker()}")
         mine = [r for r in self.rows if r["variant"] == main]
         if mine:
-            rep.metrics["summary/objective"] = float(np.sum([r["time_s"] for r in mine]))
+            rep.metrics["summary/objective"] = float(np.sum([r["median_ms"] for r in mine]))
             rep.metrics["summary/rate_geps"] = float(np.mean([r["rate_geps"] for r in mine]))
             rep.metrics["summary/all_ok"] = float(all(r["ok"] for r in self.rows))
         rep.notes += self.notes

@@ -1,16 +1,9 @@
-"""Multi-GPU inference for model=sparse_dnn: one worker process per GPU, batches claimed dynamically.
-
-The GPU layer holds one context per process (``pipeline.gpu.device``), so each GPU gets its own
-worker process (multiprocessing 'spawn'). A worker loads the network itself (``NetSpec``: through
-``load_network`` and its on-disk caches; a small ``hpec.Network`` may also be passed whole), calls
-``device.init(i)``, builds the variant's runner (``gpu.RUNNERS``; the SciPy reference for variant
-``cpu``, which makes the coordinator testable without a GPU), warms it up and reports ready. The
-coordinator then opens each pass's start gate once every worker is ready; workers claim the next
-batch index from a shared counter (one per pass) until none is left, run it (``runner.run(b0, b1)``)
-and send back its categories and busy time. The coordinator merges the batches in order, so the
-answer does not depend on the number of workers or on who ran what; the wall time of a pass runs
-from the gate to the last batch's result. A worker's exception ends the run with a one-line
-``GpuError`` naming the GPU and the cause; every worker is joined, or terminated, before returning.
+"""Multi-GPU inference for model=sparse_dnn (``model.gpus``; docs/models/sparse_dnn.md, "Multi-GPU"):
+one worker process per GPU ('spawn': one GPU context a process), each loading the network itself
+(``NetSpec``) and building its variant's runner (variant ``cpu``: the SciPy reference, so the
+coordinator runs without a GPU); workers claim batches from a shared counter per pass and the
+coordinator merges them in order, so the answer does not depend on the workers. A worker's exception
+ends the run with a one-line ``GpuError``; every worker is joined, or terminated, before returning.
 """
 from __future__ import annotations
 

@@ -1,44 +1,15 @@
-"""The CPU reference and arbiter of model=sparse_dnn (HPEC Sparse DNN Challenge semantics).
+"""The CPU reference and arbiter of model=sparse_dnn (HPEC Sparse DNN Challenge semantics); what it
+computes and why: docs/models/sparse_dnn.md, "Exact semantics, the golden set and the check".
 
-Semantics (``docs/models/sparse_dnn.md``, "Exact semantics"): weights, bias, ``ymax`` and every
-activation are float32 values. Per layer and output ``(r, j)``::
-
-    z = sum_i Y[r, i] * W[i, j]                 exactly (every product and every sum, no rounding)
-    s = z + b   if z != 0,  else 0              exactly (the bias only on nonzero products, as the
-                                                MATLAB reference does)
-    Y'[r, j] = min(ymax, max(0, fl32(s)))       fl32: round to nearest float32, ties to even
-
-so there is exactly one rounding per output per layer, and the answer does not depend on the order
-of the additions. Categories are the rows of the final Y with a nonzero entry (0-based here; the
-official files are 1-based).
-
-How it is computed (``mode="exact"``, cheap): each product of two float32 values is exact in
-float64, so ``z`` is a float64 SciPy product whose only error is in the additions. For an output
-whose row's activations and the layer's weights are all multiples of ``2^q`` and whose sum of
-|products| is below ``2^(53+q)``, every partial sum is an exact float64 in any order, so ``z`` is
-exact; ``z + b`` is then split exactly by TwoSum (``s + e``) and rounded to float32 correctly (the
-error term only matters when ``s`` is a float32 tie). Any other output gets an error bound
-(``(k + 2) 2^-52 (sum |p| + |b|)``, ``k`` the column's entries); if both ends of the interval give
-the same clipped float32 it is the answer, else the output is recomputed in rational arithmetic
-(``fractions.Fraction``) and rounded by :func:`f32_of`. On the challenge networks that fallback is
-rare (``stats["fallback"]`` counts it).
-
-Rounding-ambiguous rows (``mode="lower"`` / ``"upper"``, nonnegative weights): an implementation
-that accumulates in float32 in any order (or in anything at least as accurate: float64, 64-bit
-fixed point with a quantum <= 2^-50) computes, for every output, a value within
-``[z_lo (1 - g) - eps, z_hi (1 + g) + eps]`` with ``g = gamma_(k+2)`` of float32 (``u = 2^-24``),
-where ``z_lo``/``z_hi`` come from its own inputs' lower/upper bounds; since ``Y -> min(ymax,
-max(0, Y W + b))`` is monotone for nonnegative W and b <= 0, propagating the lower and upper ends
-(rounded outwards to float32) bounds what any such implementation can produce. A row is
-*rounding-ambiguous* when it is alive at the end of the upper propagation but not of the lower
-one: some order of additions may classify it either way. Every other row is classified the same
-by every such implementation, so the check is: exact on every other row, and the ambiguous rows
-listed. ``mode="float32"`` is SciPy's float32 product (one fixed order), kept for comparison.
-
-Saturation shortcut (exact in every mode): if a layer maps a row of all ``ymax`` to a row of all
-``ymax`` (checked per layer by applying the mode's step to that one row), rows that are entirely
-``ymax`` are carried without being multiplied. On RadiX-Net every survivor saturates after ~20
-layers, so this turns the deep part of the network into bookkeeping.
+``mode="exact"``: every output is ``min(ymax, max(0, fl32(z + b)))`` with ``z`` the exact sum (the
+bias only where ``z != 0``), one rounding per output per layer, whatever the order of additions:
+float64 sums proven exact by their scale, else an error bound, else rational arithmetic
+(:func:`f32_of`; ``stats["fallback"]`` counts those). ``mode="lower"`` / ``"upper"`` propagate the
+bounds of any float32-or-better order of additions (nonnegative weights), whose disagreement marks
+the rounding-ambiguous rows; ``mode="float32"`` is SciPy's float32 product, for comparison.
+Saturation shortcut (exact in every mode): when a layer maps a row of all ``ymax`` to itself, rows
+that are all ``ymax`` are carried without being multiplied (on RadiX-Net every survivor saturates
+after ~20 layers).
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from typing import ClassVar, Dict, List, Optional
 
 from omegaconf import MISSING
 
-from pipeline.config import DatasetConf, ModelConf, is_pow2, knob, require, store, validator
+from pipeline.config import DatasetConf, ModelConf, is_pow2, knob, require, store, validator, with_small
 from pipeline.data.ctr import FORMATS as CLICK_LOGS, layout_of   # criteo, avazu, csv: the click-log reader
 from pipeline.models.wide.variants import (HOT_CACHE_SMEM_MAX, caches_hot_accumulators, hot_cache_bytes,
                                            resolved_optimizer)
@@ -36,7 +36,6 @@ class WideConf(ModelConf):
     TOP_LEVEL_HINTS: ClassVar[Dict[str, str]] = {
         "block_size": "its threads per block are model.threads (flow, design=chunk) or "
                       "model.warp.warps_per_block (design=warp)"}
-    SMALL_REPLACES: ClassVar[tuple] = ("dataset.scale",)   # generated data: dataset.small_scale instead
     k: int = 0                   # FM factor size; 0 = logistic regression
     lr: float = 0.5              # SGD step (paper: 0.5 for LR)
     batch_size: int = 1024       # mini-batch (samples) of the strict-batch variants (paper: 1024)
@@ -102,12 +101,10 @@ class WideDatasetConf(DatasetConf):
     val: str = ""
     features: int = 0            # declared dimension (0: from the data / the shape)
     shape: str = "criteo_s"      # synth: paper shape (criteo_s, kddb, url, kdd12)
-    scale: float = 0.2           # synth: fraction of the paper's rows on size=full
-    small_scale: float = 0.004   # synth: fraction of the paper's rows on size=small
-    small_features: int = 100000 # synth: features on size=small
+    scale: float = 0.2           # synth: fraction of the paper's rows
     alpha: float = 1.1           # synth: power-law exponent of feature frequencies
     val_fraction: float = 0.1    # synth: held-out fraction (paper: 90/10)
-    small_rows: int = 0          # real data: rows kept on size=small (0: all)
+    rows: int = 0                # real data: the first this-many training rows (0: all)
     layout: LayoutConf = field(default_factory=LayoutConf)   # criteo | avazu | csv: the columns
 
 
@@ -115,6 +112,8 @@ store("model", "schema_wide", WideConf)
 store("dataset", "schema_wide_dataset", WideDatasetConf)
 
 
+@validator("wide_lr")
+@validator("wide_fm")
 def _check(cfg) -> None:
     m = cfg.model
     require(m.k >= 0 and m.k <= 64, "model.k", m.k, "0 (LR) or an FM factor size 1..64")
@@ -129,8 +128,7 @@ def _check(cfg) -> None:
     pat = m.patience
     require(isinstance(pat, int) and not isinstance(pat, bool) and pat >= 1, "model.patience", pat,
             "a positive number of epochs")
-    md = m.min_delta
-    require(md >= 0 and md == md and md != float("inf"), "model.min_delta", md,
+    require(0 <= m.min_delta < float("inf"), "model.min_delta", m.min_delta,
             "a non-negative change of model.stop_metric (absolute)")
     require(m.bias_init in BIAS_INITS, "model.bias_init", m.bias_init,
             "prior (the log-odds of the training labels) or zero (the paper's)")
@@ -180,24 +178,26 @@ def _check(cfg) -> None:
             "0 (60% of free device memory) or a positive number of MB")
     d = cfg.dataset
     require("layout" in d, "dataset", d.name, "a wide dataset (a9a, criteo10k, avazu, ctr_synth) for model=" + m.name)
-    require(d.format in FORMATS, "dataset.format", d.format, f"one of {', '.join(FORMATS)} (dataset '{d.name}')")
-    require(d.features >= 0, "dataset.features", d.features, "0 (from the data / the shape) or a positive dimension")
-    require(d.small_rows >= 0, "dataset.small_rows", d.small_rows, "0 (all) or a positive number of rows")
+    _check_dataset(d)
+    if d.get("small"):        # the size=small preset's values pass the same checks, named dataset.small.<key>
+        _check_dataset(with_small(d), set(d.small))
+
+
+def _check_dataset(d, small=()) -> None:
+    def key(k: str) -> str:
+        return f"dataset.small.{k}" if k in small else f"dataset.{k}"
+    require(d.format in FORMATS, key("format"), d.format, f"one of {', '.join(FORMATS)} (dataset '{d.name}')")
+    require(d.features >= 0, key("features"), d.features, "0 (from the data / the shape) or a positive dimension")
+    require(d.rows >= 0, key("rows"), d.rows, "0 (all) or a positive number of rows")
     if d.format in CLICK_LOGS:
         layout_of(d)
-        require(0 < d.val_fraction < 1, "dataset.val_fraction", d.val_fraction, "a fraction in (0, 1)")
+        require(0 < d.val_fraction < 1, key("val_fraction"), d.val_fraction, "a fraction in (0, 1)")
     if d.format == "synth":
         from pipeline.data.ctr_synth import SHAPES
         require(not str(d.get("path") or ""), "dataset.path", d.get("path"),
                 "'' for a generated dataset (format: synth); your own files: dataset=a9a dataset.path=FILE "
                 "(svmlight) or a click-log dataset (docs/click-logs.md)")
-        require(d.shape in SHAPES, "dataset.shape", d.shape, ", ".join(SHAPES))
-        require(0 < d.scale <= 1, "dataset.scale", d.scale, "a fraction in (0, 1]")
-        require(0 < d.small_scale <= 1, "dataset.small_scale", d.small_scale, "a fraction in (0, 1]")
-        require(d.small_features > 0, "dataset.small_features", d.small_features, "a positive number of features")
-        require(0 < d.val_fraction < 1, "dataset.val_fraction", d.val_fraction, "a fraction in (0, 1)")
-        require(d.alpha > 0, "dataset.alpha", d.alpha, "a positive exponent")
-
-
-validator("wide_lr")(_check)
-validator("wide_fm")(_check)
+        require(d.shape in SHAPES, key("shape"), d.shape, ", ".join(SHAPES))
+        require(0 < d.scale <= 1, key("scale"), d.scale, "a fraction in (0, 1]")
+        require(0 < d.val_fraction < 1, key("val_fraction"), d.val_fraction, "a fraction in (0, 1)")
+        require(d.alpha > 0, key("alpha"), d.alpha, "a positive exponent")

@@ -7,11 +7,13 @@ the order's samples over the epoch's n samples (the mean when the order is the w
 from __future__ import annotations
 
 import math
+import os
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from pipeline.gpu import kernels, transfer       # neither imports PyCUDA or CuPy until it is used
 from pipeline.models.wide.prep import WideData
 from pipeline.models.wide.reference import Params, chunks_per_step
 from pipeline.models.wide.variants import (caches_hot_accumulators, hot_cache_bytes, hot_fixed_exponent,
@@ -25,27 +27,49 @@ def kernel_defines(mc, data: WideData) -> Dict[str, int]:
 
 
 def load_module(mc, data: WideData):
-    from pipeline.gpu import kernels
     return kernels.load("wide", "wide.cu", defines=kernel_defines(mc, data))
 
 
 class _Base:
+    """What our trainers share: the steps the config asks for, the loss sum on the device and the
+    timing of an epoch's launches."""
+
     def __init__(self, data: WideData, mc, ctx):
         import cupy as cp
         self.cp, self.data, self.mc, self.ctx = cp, data, mc, ctx
         self.k = int(mc.k)
-        d = data.d
-        self.w = cp.zeros(d, cp.float32)
-        self.v = cp.zeros(max(1, d * self.k), cp.float32)
-        self.b = cp.zeros(1, cp.float32)
-        self.gw = cp.zeros(d, cp.float32)
-        self.gv = cp.zeros(max(1, d * self.k), cp.float32)
-        self.gb = cp.zeros(1, cp.float32)
+        self.sm = ctx.device.sm_count if ctx.device else 132
+        self.update = str(mc["update"])
         self.loss = cp.zeros(1, cp.float64)
-        self.per = chunks_per_step(str(mc["update"]), int(mc.batch_size), data.chunk)
+        self.per = chunks_per_step(self.update, int(mc.batch_size), data.chunk)
         self.batch_chunks = max(1, int(mc.batch_size) // data.chunk)
         self.denom = self.batch_chunks * data.chunk     # update=chunk: a chunk applies its share of a batch
         self.lr = float(mc.lr)
+
+    def _events(self):
+        import pycuda.driver as drv
+        return drv.Event(), drv.Event()
+
+    def _timed(self, launches: Callable[[], None]) -> Tuple[float, float]:
+        """(train_loss, ms between CUDA events) of an epoch (or a slice of one) that ``launches()`` enqueues."""
+        self.loss.fill(0)
+        start, end = self._events()
+        start.record()
+        launches()
+        end.record()
+        end.synchronize()
+        return float(self.loss.get()[0]) / self.data.n, end.time_since(start)
+
+
+class _Vectors(_Base):
+    """Parameters as the vectors w (d), v (d x k, row-major) and b, with gradient buffers of the same."""
+
+    def __init__(self, data: WideData, mc, ctx):
+        super().__init__(data, mc, ctx)
+        cp, d = self.cp, data.d
+        self.w, self.gw = cp.zeros(d, cp.float32), cp.zeros(d, cp.float32)
+        self.v, self.gv = cp.zeros(max(1, d * self.k), cp.float32), cp.zeros(max(1, d * self.k), cp.float32)
+        self.b, self.gb = cp.zeros(1, cp.float32), cp.zeros(1, cp.float32)
 
     def set_params(self, p: Params) -> None:
         cp = self.cp
@@ -58,19 +82,14 @@ class _Base:
         V = self.v.get().reshape(self.data.d, self.k) if self.k else None
         return Params(self.w.get(), float(self.b.get()[0]), V)
 
-    def _events(self):
-        import pycuda.driver as drv
-        return drv.Event(), drv.Event()
 
-
-class FlowTrainer(_Base):
+class FlowTrainer(_Vectors):
     """update=chunk: one launch per epoch, every chunk applies its share (lr / (chunks per batch x
     chunk) per sample) at once, asynchronously; update=batch: per mini-batch one fused launch into
     gradient buffers and one commit launch (the paper's synchronous text)."""
 
     def __init__(self, data: WideData, mc, ctx, budget_bytes: int):
         super().__init__(data, mc, ctx)
-        from pipeline.gpu import kernels
         self.mod = load_module(mc, data)
         self.train = self.mod.kernel("flow_train", "PiPPPPPPiPPPPPPfP")
         kernels.require_block(self.train, int(mc.threads), "model.threads", mc.threads,
@@ -80,10 +99,8 @@ class FlowTrainer(_Base):
         nq = 1 + 2 * self.k
         self.smem = 4 * (nq * data.chunk * int(mc.replicas) + data.chunk + data.chunk * self.k
                          + defs["H"] * (1 + self.k) + 2)
-        sm = ctx.device.sm_count if ctx.device else 132
-        self.max_grid = max(1, min(int(mc.blocks_per_sm) * sm, inflight_chunks(mc, self.batch_chunks)))
+        self.max_grid = max(1, min(int(mc.blocks_per_sm) * self.sm, inflight_chunks(mc, self.batch_chunks)))
         self.threads = int(mc.threads)
-        self.update = str(mc["update"])
         # samples whose updates a forward may not yet see (blocks in flight x chunk, or the mini-batch)
         self.in_flight = (self.max_grid if self.update == "chunk" else self.per) * data.chunk
         self.out_of_core = data.edge_bytes > budget_bytes
@@ -91,12 +108,9 @@ class FlowTrainer(_Base):
         if self.out_of_core:
             self._setup_pieces(budget_bytes)
         else:
-            from pipeline.gpu.transfer import upload_all
-            self.dev = upload_all({"cptr": data.cptr, "chot": data.chot, "fid": data.fid, "sid": data.sid,
-                                   "val": data.val, "y": data.ytr})
-        self.order_dev = None
+            self.dev = transfer.upload_all({"cptr": data.cptr, "chot": data.chot, "fid": data.fid,
+                                            "sid": data.sid, "val": data.val, "y": data.ytr})
 
-    # -------------------------------------------------------------- in memory
     def _launch(self, order_dev, n_order, dev, n, target, scale, stream=None):
         grid = max(1, min(n_order, self.max_grid))
         tw, tv, tb = target
@@ -104,34 +118,30 @@ class FlowTrainer(_Base):
                    dev["sid"], dev["val"], dev["y"], np.int32(n), self.w, self.v, self.b, tw, tv, tb,
                    np.float32(scale), self.loss, shared=self.smem, stream=stream)
 
+    def _train(self, order: np.ndarray, order_dev, dev, n: int, stream=None) -> None:
+        """Enqueue the training of the chunks ``order`` (``order_dev``: its copy on the device) of the
+        chunk arrays ``dev`` (all of them, or a piece's, of ``n`` rows)."""
+        if self.update == "chunk":
+            self._launch(order_dev, len(order), dev, n, (self.w, self.v, self.b), -self.lr / self.denom, stream)
+            return
+        for i in range(0, len(order), self.per):
+            cs = order[i:i + self.per]
+            view = order_dev[i:i + len(cs)]
+            self._launch(view, len(cs), dev, n, (self.gw, self.gv, self.gb), -self.lr / self.data.rows_of(cs, n),
+                         stream)
+            self.commit((max(1, min(len(cs), self.max_grid)),), (self.threads,), view, np.int32(len(cs)), dev["cptr"],
+                        dev["fid"], self.w, self.v, self.b, self.gw, self.gv, self.gb, stream=stream)
+
     def epoch(self, order: np.ndarray) -> Tuple[float, float]:
         if self.out_of_core:
             return self._epoch_ooc(order)
-        cp = self.cp
-        data = self.data
-        order_dev = cp.asarray(order.astype(np.int32))
-        self.loss.fill(0)
-        start, end = self._events()
-        start.record()
-        if self.update == "chunk":
-            self._launch(order_dev, len(order), self.dev, data.n, (self.w, self.v, self.b),
-                         -self.lr / self.denom)
-        else:
-            for i in range(0, len(order), self.per):
-                cs = order[i:i + self.per]
-                nb = data.rows_of(cs)
-                view = order_dev[i:i + len(cs)]
-                self._launch(view, len(cs), self.dev, data.n, (self.gw, self.gv, self.gb), -self.lr / nb)
-                self.commit((max(1, min(len(cs), self.max_grid)),), (self.threads,), view, np.int32(len(cs)),
-                            self.dev["cptr"], self.dev["fid"], self.w, self.v, self.b, self.gw, self.gv, self.gb)
-        end.record()
-        end.synchronize()
-        return float(self.loss.get()[0]) / data.n, end.time_since(start)
+        order_dev = self.cp.asarray(order.astype(np.int32))
+        return self._timed(lambda: self._train(order, order_dev, self.dev, self.data.n))
 
     # -------------------------------------------------------------- out of core
     def _setup_pieces(self, budget_bytes: int) -> None:
         """Cut the chunks into pieces of about budget / (streams + 1) bytes, in pinned host memory."""
-        from pipeline.gpu.transfer import pinned_like
+        pinned_like = transfer.pinned_like
         data = self.data
         per_chunk = max(1, data.edge_bytes // max(1, data.n_chunks))
         target = max(per_chunk, budget_bytes // (int(self.mc.streams) + 1))
@@ -151,9 +161,8 @@ class FlowTrainer(_Base):
         self.copy_ms = None
 
     def _copy_only_ms(self, tuples) -> float:
-        from pipeline.gpu.transfer import stream
         import pycuda.driver as drv
-        s = stream()
+        s = transfer.stream()
         bufs = [self.cp.empty(max(t[j].nbytes for t in tuples) // 4 + 1, np.float32) for j in range(len(tuples[0]))]
         start, end = self._events()
         start.record(s)
@@ -167,49 +176,32 @@ class FlowTrainer(_Base):
     def _epoch_ooc(self, order: np.ndarray) -> Tuple[float, float]:
         """Pieces in a shuffled order (chunks shuffled inside each piece), streamed through
         ``streams`` device buffers: the copy of the next pieces overlaps the kernel on this one."""
-        from pipeline.gpu.transfer import ChunkFeeder, pinned_like
-        data = self.data
-        rank = np.empty(data.n_chunks, np.int64)
+        rank = np.empty(self.data.n_chunks, np.int64)
         rank[order] = np.arange(len(order))
         pieces = sorted(self.pieces, key=lambda p: rank[p["a"]])
         tuples = []
         for p in pieces:
             loc = np.arange(p["b"] - p["a"], dtype=np.int32)
             loc = loc[np.argsort(rank[p["a"]:p["b"]], kind="stable")]
-            tuples.append((pinned_like(loc), p["cptr"], p["chot"], p["fid"], p["sid"], p["val"], p["y"]))
+            tuples.append((transfer.pinned_like(loc), p["cptr"], p["chot"], p["fid"], p["sid"], p["val"], p["y"]))
         if self.copy_ms is None:
             self.copy_ms = self._copy_only_ms(tuples)
         self.loss.fill(0)
         self.cp.cuda.Device().synchronize()
-        feeder = ChunkFeeder(tuples, depth=int(self.mc.streams))
+        feeder = transfer.ChunkFeeder(tuples, depth=int(self.mc.streams))
         kern = []
         t0 = time.perf_counter()
         for i, bufs in feeder:
-            o, cptr, chot, fid, sid, val, y = bufs
-            p = pieces[i]
             ev0, ev1 = self._events()
             ev0.record(feeder.compute_stream)
-            dev = {"cptr": cptr, "chot": chot, "fid": fid, "sid": sid, "val": val, "y": y}
-            nloc = p["b"] - p["a"]
-            if self.update == "chunk":
-                self._launch(o, nloc, dev, p["n"], (self.w, self.v, self.b), -self.lr / self.denom,
-                             stream=feeder.compute_stream)
-            else:
-                for j in range(0, nloc, self.per):
-                    view = o[j:j + self.per]
-                    cnt = min(self.per, nloc - j)
-                    nb = int(sum(min(data.chunk, p["n"] - int(c) * data.chunk) for c in tuples[i][0][j:j + cnt]))
-                    self._launch(view, cnt, dev, p["n"], (self.gw, self.gv, self.gb), -self.lr / nb,
-                                 stream=feeder.compute_stream)
-                    self.commit((max(1, min(cnt, self.max_grid)),), (self.threads,), view, np.int32(cnt), cptr, fid,
-                                self.w, self.v, self.b, self.gw, self.gv, self.gb, stream=feeder.compute_stream)
+            dev = dict(zip(("order", "cptr", "chot", "fid", "sid", "val", "y"), bufs))
+            self._train(tuples[i][0], dev["order"], dev, pieces[i]["n"], feeder.compute_stream)
             ev1.record(feeder.compute_stream)
             kern.append((ev0, ev1))
         wall = (time.perf_counter() - t0) * 1e3
         compute = float(sum(b.time_since(a) for a, b in kern))
         self.overlap.append((self.copy_ms + compute - wall) / max(1e-9, min(self.copy_ms, compute)))
-        self.last = dict(copy_ms=self.copy_ms, compute_ms=compute, wall_ms=wall)
-        return float(self.loss.get()[0]) / data.n, wall
+        return float(self.loss.get()[0]) / self.data.n, wall
 
 
 def inflight_chunks(mc, batch_chunks: int) -> int:
@@ -284,36 +276,23 @@ def warp_geometry(mc, data: WideData, sm: int, optimizer: Optional[str] = None) 
 
 
 class FlowWarpTrainer(_Base):
-    """model.design=warp: flow with a warp per ``model.warp.samples`` sample(s) instead of a block per chunk
-    (``cuda/wide/wide.cu:flow_warp``): the same in-flight bound (``model.inflight`` chunks x chunk
-    samples, ``model.inflight_batches`` mini-batches by default) spread over every SM, shared memory and block barriers only
-    for the hot-row cache (``model.warp.hot_cache``),
-    the data of the next steps prefetched, packed parameter rows (vector loads and REDs), sharded
-    hot rows, the rows past the hot ones spread over the table. update=chunk: one launch per epoch;
-    update=batch: per mini-batch one launch into gradient buffers and a commit launch. Parameters live in ``P`` (d x kp), ``Psh`` (shards 1.. of
-    the hot rows) and ``bb`` (bias shards, 32 floats apart); ``params()`` folds the shards.
-    ``optimizer``: as :func:`warp_geometry` takes it; ``bias_lr``: with AdaGrad, the bias's SGD step
-    (per mini-batch of ``batch_size``, as ``model.lr``; None: ``model.lr``): the kernel steps the
-    bias by its ``scale`` argument, -bias_lr / batch a sample, and w, V by AdaGrad."""
+    """model.design=warp (``cuda/wide/wide.cu:flow_warp``, the design in docs/models/wide.md): a warp
+    per ``model.warp.samples`` sample(s). update=chunk: one launch per epoch; update=batch: per
+    mini-batch one launch into gradient buffers and a commit launch. Parameters live in ``P`` (d x
+    kp), ``Psh`` (shards 1.. of the hot rows) and ``bb`` (bias shards, 32 floats apart); ``params()``
+    folds the shards. ``optimizer``: as :func:`warp_geometry` takes it; ``bias_lr``: with AdaGrad,
+    the bias's SGD step (per mini-batch of ``batch_size``, as ``model.lr``; None: ``model.lr``): the
+    kernel steps the bias by its ``scale`` argument, -bias_lr / batch a sample, and w, V by AdaGrad."""
 
     def __init__(self, data: WideData, mc, ctx, optimizer: Optional[str] = None, bias_lr: Optional[float] = None):
-        import cupy as cp
-        self.cp, self.data, self.mc, self.ctx = cp, data, mc, ctx
-        self.k = int(mc.k)
-        sm = ctx.device.sm_count if ctx.device else 132
-        self.geo = geo = warp_geometry(mc, data, sm, optimizer)
+        super().__init__(data, mc, ctx)
+        cp = self.cp
+        self.geo = geo = warp_geometry(mc, data, self.sm, optimizer)
         self.kp = geo["kp"]
         self.nsh, self.hsh = geo["NSH"], geo["HSH"]
-        from pipeline.gpu import kernels
         defines = dict(kernel_defines(mc, data))
         defines.update({k: geo[k] for k in ("WS", "WEPL", "NSH", "HSH", "WPF", "HC")})
-        if geo["HQ"]:
-            defines["HQ"] = geo["HQ"]
-        if geo["OPT"]:
-            defines["OPT"] = geo["OPT"]
-            if geo["AHC"]:
-                defines["AHC"] = 1
-                defines["AQ"] = geo["AQ"]
+        defines.update({k: geo[k] for k in ("HQ", "OPT", "AHC", "AQ") if geo[k]})     # the kernel's default: 0
         self.mod = kernels.load("wide", "wide.cu", defines=defines)
         self.train = self.mod.kernel("flow_warp", "PiPPPPiiPPPPPPifPPPf")
         kernels.require_block(self.train, 32 * max(1, min(geo["wpb"], geo["nw"])), "model.warp.warps_per_block",
@@ -328,20 +307,13 @@ class FlowWarpTrainer(_Base):
         self.ada_lr, self.ada_init = float(mc.get("adagrad_lr", 0.0)), float(mc.get("adagrad_init", 0.0))
         self.A = cp.zeros(d * kp if self.adagrad else 1, cp.float32)
         self.Ash = cp.zeros(max(1, (self.nsh - 1) * self.hsh * kp) if self.adagrad else 1, cp.float32)
-        self.update = str(mc["update"])
         if self.update == "batch":
             self.Gr = cp.zeros(d * kp, cp.float32)
             self.gb = cp.zeros(32, cp.float32)
-        self.loss = cp.zeros(1, cp.float64)
-        self.per = chunks_per_step(self.update, int(mc.batch_size), data.chunk)
-        self.batch_chunks = max(1, int(mc.batch_size) // data.chunk)
-        self.denom = self.batch_chunks * data.chunk
-        self.lr = float(mc.lr)
         # update=chunk: the kernel's scale steps the bias (and with SGD w and V) by -scale x delta a sample
         self.bias_lr = float(bias_lr) if (self.adagrad and bias_lr is not None) else self.lr
         self.in_flight = geo["nw"] * geo["WS"] if self.update == "chunk" else self.per * data.chunk
         self.out_of_core = False
-        from pipeline.gpu.transfer import upload_all
         X = data.Xtr
         # parameter row of each feature: the hot rows (cached or sharded) stay in place, the rest are
         # spread over the table by a seeded permutation: renumbering by frequency puts features of
@@ -351,8 +323,8 @@ class FlowWarpTrainer(_Base):
         self.keep = max(geo["HC"], geo["HSH"])
         self.row = spread_rows(d, self.keep) if d - self.keep > 1 else None
         idx = X.indices.astype(np.int32) if self.row is None else self.row[X.indices]
-        self.dev = upload_all({"indptr": X.indptr.astype(np.int64), "indices": idx,
-                               "data": X.data.astype(np.float32), "y": data.ytr})
+        self.dev = transfer.upload_all({"indptr": X.indptr.astype(np.int64), "indices": idx,
+                                        "data": X.data.astype(np.float32), "y": data.ytr})
 
     def describe(self) -> str:
         g = self.geo
@@ -400,21 +372,21 @@ class FlowWarpTrainer(_Base):
         self.bb.fill(0)
         self.bb[0] = b
 
+    def _by_feature(self, table, b: float) -> Params:
+        """A d x kp table laid out as ``P`` (``P`` or ``A``, shards folded) as Params, in feature order."""
+        T = table.reshape(self.data.d, self.kp).get()
+        if self.row is not None:
+            T = T[self.row]
+        return Params(T[:, 0].copy(), b, T[:, 1:1 + self.k].copy() if self.k else None)
+
     def params(self) -> Params:
         self._fold()
-        P = self.P.reshape(self.data.d, self.kp).get()
-        if self.row is not None:
-            P = P[self.row]
-        b = float(self.bb[:1].get()[0])
-        return Params(P[:, 0].copy(), b, P[:, 1:1 + self.k].copy() if self.k else None)
+        return self._by_feature(self.P, float(self.bb[:1].get()[0]))
 
     def accumulators(self) -> Params:
         """AdaGrad's accumulators of w and V, in feature order (the bias has none: it steps by SGD)."""
         self._fold()
-        A = self.A.reshape(self.data.d, self.kp).get()
-        if self.row is not None:
-            A = A[self.row]
-        return Params(A[:, 0].copy(), float("nan"), A[:, 1:1 + self.k].copy() if self.k else None)
+        return self._by_feature(self.A, float("nan"))
 
     def _launch(self, order_dev, n_order, target, shard_writes, scale, nw):
         g = self.geo
@@ -426,41 +398,33 @@ class FlowWarpTrainer(_Base):
                    T, Tsh, tb, np.int32(shard_writes), np.float32(scale), self.loss, self.A, self.Ash,
                    np.float32(-self.ada_lr), shared=g["smem"])
 
-    def epoch(self, order: np.ndarray) -> Tuple[float, float]:
-        cp, data = self.cp, self.data
-        order_dev = cp.asarray(order.astype(np.int32))
-        self.loss.fill(0)
-        start, end = self._events()
-        start.record()
+    def _train(self, order: np.ndarray, order_dev) -> None:
+        data = self.data
         if self.update == "chunk":
             self._launch(order_dev, len(order), (self.P, self.Psh, self.bb), 1, -self.bias_lr / self.denom,
                          self.geo["nw"])
-        else:
-            upc = data.chunk // self.geo["WS"]
-            for i in range(0, len(order), self.per):
-                cs = order[i:i + self.per]
-                nb = data.rows_of(cs)
-                view = order_dev[i:i + len(cs)]
-                self._launch(view, len(cs), (self.Gr, self.Psh, self.gb), 0, -self.lr / nb,
-                             min(len(cs) * upc, 32 * 1024))
-                self.commit((max(1, min(len(cs), 1024)),), (256,), view, np.int32(len(cs)), np.int32(data.n),
-                            self.dev["indptr"], self.dev["indices"], self.P, self.bb, self.Gr, self.gb)
-        end.record()
-        end.synchronize()
-        return float(self.loss.get()[0]) / data.n, end.time_since(start)
+            return
+        upc = data.chunk // self.geo["WS"]
+        for i in range(0, len(order), self.per):
+            cs = order[i:i + self.per]
+            view = order_dev[i:i + len(cs)]
+            self._launch(view, len(cs), (self.Gr, self.Psh, self.gb), 0, -self.lr / data.rows_of(cs),
+                         min(len(cs) * upc, 32 * 1024))
+            self.commit((max(1, min(len(cs), 1024)),), (256,), view, np.int32(len(cs)), np.int32(data.n),
+                        self.dev["indptr"], self.dev["indices"], self.P, self.bb, self.Gr, self.gb)
+
+    def epoch(self, order: np.ndarray) -> Tuple[float, float]:
+        order_dev = self.cp.asarray(order.astype(np.int32))
+        return self._timed(lambda: self._train(order, order_dev))
 
 
-class StageTrainer(_Base):
-    """Per mini-batch: SpMV (logits to global memory), gradient (scattered into a gradient buffer),
-    apply (w += scale * g over the batch's features). Always strict mini-batches. An epoch's launches
-    (3 per mini-batch) are captured once as a CUDA graph over a device copy of the chunk order and
-    replayed each epoch, so the baseline is timed at the GPU's speed, not at Python's launch rate
-    (eager launches, with a notice, where capture fails); one graph per order length (the slices of
-    model.evals_per_epoch have two or three), each reading the order's first chunks of the copy."""
+class StageTrainer(_Vectors):
+    """Per mini-batch (always strict): SpMV, gradient, apply. An epoch's launches are one CUDA graph
+    over a device copy of the chunk order (docs/models/wide.md: why), captured once per order length
+    (the slices of model.evals_per_epoch have two or three) and replayed; eager where capture fails."""
 
     def __init__(self, data: WideData, mc, ctx):
         super().__init__(data, mc, ctx)
-        from pipeline.gpu.transfer import upload_all
         self.per = max(1, int(mc.batch_size) // data.chunk)
         self.in_flight = self.per * data.chunk          # strict mini-batches
         self.mod = load_module(mc, data)
@@ -468,8 +432,8 @@ class StageTrainer(_Base):
         self.grad = self.mod.kernel("stage_grad", "PiiPPPPPPPPPPP")
         self.apply = self.mod.kernel("stage_apply", "PiiPPPPPPPPf")
         X = data.Xtr
-        self.dev = upload_all({"indptr": X.indptr.astype(np.int64), "indices": X.indices.astype(np.int32),
-                               "data": X.data.astype(np.float32), "y": data.ytr})
+        self.dev = transfer.upload_all({"indptr": X.indptr.astype(np.int64), "indices": X.indices.astype(np.int32),
+                                        "data": X.data.astype(np.float32), "y": data.ytr})
         B = self.per * data.chunk
         self.z = self.cp.zeros(B, self.cp.float32)
         self.a2 = self.cp.zeros(max(1, B * self.k), self.cp.float32)
@@ -483,28 +447,19 @@ class StageTrainer(_Base):
             nc = min(self.per, n_order - i)
             view = self.order_dev[i:i + nc]
             grid = ((nc * data.chunk * 32 + STAGE_THREADS - 1) // STAGE_THREADS,)
-            self.spmv(grid, (STAGE_THREADS,), view, np.int32(nc), n, dev["indptr"], dev["indices"], dev["data"],
-                      self.w, self.v, self.b, self.z, self.a2)
-            self.grad(grid, (STAGE_THREADS,), view, np.int32(nc), n, dev["indptr"], dev["indices"], dev["data"],
-                      dev["y"], self.z, self.a2, self.v, self.gw, self.gv, self.gb, self.loss)
-            self.apply(grid, (STAGE_THREADS,), view, np.int32(nc), n, dev["indptr"], dev["indices"], self.w,
-                       self.v, self.b, self.gw, self.gv, self.gb, np.float32(-self.lr))
+            batch = (grid, (STAGE_THREADS,), view, np.int32(nc), n, dev["indptr"], dev["indices"])
+            self.spmv(*batch, dev["data"], self.w, self.v, self.b, self.z, self.a2)
+            self.grad(*batch, dev["data"], dev["y"], self.z, self.a2, self.v, self.gw, self.gv, self.gb, self.loss)
+            self.apply(*batch, self.w, self.v, self.b, self.gw, self.gv, self.gb, np.float32(-self.lr))
 
     def epoch(self, order: np.ndarray) -> Tuple[float, float]:
-        cp, data = self.cp, self.data
-        self.order_dev[:len(order)] = cp.asarray(order.astype(np.int32))
+        self.order_dev[:len(order)] = self.cp.asarray(order.astype(np.int32))
         replay = self.replays.get(len(order))
         if replay is None:
             from pipeline.gpu.graphs import try_capture
             replay, _ = try_capture(lambda: self._steps(len(order)), self.ctx.notice, "stage")
             self.replays[len(order)] = replay
-        self.loss.fill(0)
-        start, end = self._events()
-        start.record()
-        replay()
-        end.record()
-        end.synchronize()
-        return float(self.loss.get()[0]) / data.n, end.time_since(start)
+        return self._timed(replay)
 
 
 class TorchTrainer:
@@ -518,8 +473,7 @@ class TorchTrainer:
         self.k = int(mc.k)
         self.per = max(1, int(mc.batch_size) // data.chunk)
         self.in_flight = self.per * data.chunk          # strict mini-batches
-        dev = torch.device("cuda", int(ctx.cfg.gpu))
-        self.dev = dev
+        self.dev = dev = torch.device("cuda", int(ctx.cfg.gpu))
         X = data.Xtr
         self.indptr = torch.as_tensor(X.indptr.astype(np.int64), device=dev)
         self.indices = torch.as_tensor(X.indices.astype(np.int64), device=dev)
@@ -594,16 +548,13 @@ _PUBLISH: Dict[int, Tuple[float, float]] = {}
 
 
 def publication_us(ctx, steps: int = 2000) -> Tuple[float, float]:
-    """Microseconds a grid-wide publication of updates takes on this GPU: one block per SM (all
-    co-resident) runs ``steps`` steps of ``p_chain`` (``cuda/wide/probe.cu``) with no hot rows, each a
-    release-add to an arrival counter and acquire polls until every block has published that step
-    (lag 0: a grid barrier), or the step before (lag 1: a step may overlap the previous
-    publication). Returns (lag 0, lag 1) us a step, measured once per process and device
-    (``pipeline.gpu.timer.time_cuda``, the run's bench policy)."""
+    """Microseconds a grid-wide publication of updates takes on this GPU (docs/models/wide.md,
+    x_of_step_bound): ``steps`` steps of ``p_chain`` (``cuda/wide/probe.cu``), one block per SM, each
+    block waiting until every block has published that step (lag 0: a grid barrier) or the step
+    before (lag 1). Returns (lag 0, lag 1) us a step, measured once per process and device."""
     dev = int(ctx.device.index) if ctx.device is not None else 0
     if dev in _PUBLISH:
         return _PUBLISH[dev]
-    import os
     tool = next((v for v in ("PIPELINE_CUDA_TOOL", "CUDA_INJECTION64_PATH") if os.environ.get(v)), None)
     if tool:
         # under a CUDA tool (compute-sanitizer, a profiler): its instrumentation would be measured, and
@@ -613,7 +564,6 @@ def publication_us(ctx, steps: int = 2000) -> Tuple[float, float]:
         _PUBLISH[dev] = (math.nan, math.nan)
         return _PUBLISH[dev]
     import cupy as cp
-    from pipeline.gpu import kernels
     from pipeline.gpu.timer import time_cuda
     chain = kernels.load("wide", "probe.cu").kernel("p_chain", "iiPiiP")
     sm = ctx.device.sm_count if ctx.device else 132

@@ -1,10 +1,6 @@
 """model=wide_lr / model=wide_fm: cuWide training of LR and FM, the chosen variant and its baselines
 trained from the same initialisation on the same data and chunk orders through the training
-harness (:func:`pipeline.train.fit`): per-epoch losses, AUC and times, early stopping (patience on
-the validation loss or AUC under a cap of epochs, the best epoch's parameters kept; or the paper's
-rule), speedups from the same run, both floors of a flow epoch (one pass over the bytes; the
-dependent steps at its staleness), time to a target validation loss (evaluated
-``model.evals_per_epoch`` times an epoch), and loss-against-time plots."""
+harness (:func:`pipeline.train.fit`); what the report holds: docs/models/wide.md."""
 from __future__ import annotations
 
 import math
@@ -72,7 +68,7 @@ def converged(h: History) -> bool:
 
 
 class WideTrainer:
-    """One variant as a harness trainer (:class:`pipeline.train.Trainer`): an epoch trains the chunks
+    """One variant as a trainer of :func:`pipeline.train.fit`: an epoch trains the chunks
     in the epoch's seeded order (the same for every variant), ``stats`` gives the training loss and
     the device time of the epoch's kernels (``gpu_ms``), ``evaluate`` the validation loss and AUC.
     With ``parts`` > 1 (``fit(parts=)``, model.evals_per_epoch) the epoch's order is trained as
@@ -161,11 +157,11 @@ class WideModel(TrainingModel):
     def prepare(self) -> None:
         cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
         self.select()
-        self.data = prep.prepare(cfg, ctx.size, int(m.chunk), int(m.hot))
+        self.data = prep.prepare(cfg, int(m.chunk), int(m.hot))
         d = cfg.dataset
-        if ctx.size == "small" and d.get("format") != "synth" and int(d.get("small_rows", 0) or 0) > 0:
-            ctx.notice(f"size=small: dataset {d.name} ({d.get('path') or d.name}) trains on its first "
-                       f"{self.data.n} training rows (dataset.small_rows={int(d.small_rows)}; size=full reads them all)")
+        if d.get("format") != "synth" and int(d.get("rows", 0) or 0) > 0:
+            ctx.notice(f"dataset {d.name} ({d.get('path') or d.name}) trains on its first {self.data.n} training "
+                       f"rows (dataset.rows={int(d.rows)}; 0 reads them all)")
         classes = np.unique(np.asarray(self.data.yva))
         if classes.size < 2:
             ctx.notice(f"val_auc is undefined (nan): every one of the {len(self.data.yva)} validation rows has "
@@ -199,34 +195,30 @@ class WideModel(TrainingModel):
         if mb > 0:
             return int(mb * 2 ** 20)
         import cupy
-        free, _ = cupy.cuda.runtime.memGetInfo()
-        return int(0.6 * free)
+        return int(0.6 * cupy.cuda.runtime.memGetInfo()[0])         # 60 % of the free device memory
 
     def transfer(self) -> None:
         from pipeline.errors import ConfigError
         from pipeline.models.wide import gpu
         m = self.cfg.model
         for v in self.ours + self.baselines:
-            if v == "flow" and str(m.design) == "warp":
-                budget = self.budget_bytes()
-                if gpu.csr_bytes(self.data) <= budget:
-                    self.trainers[v] = gpu.FlowWarpTrainer(self.data, m, self.ctx, self.optimizer, self.bias_lr)
-                    self.ctx.notice(self.trainers[v].describe())
-                    continue
-                if self.optimizer != "sgd" and str(m.optimizer) != "auto":
-                    raise ConfigError(f"model.optimizer={self.optimizer} needs the training data on the device "
-                                      f"(design=warp), which exceeds the device budget: raise model.device_budget_mb "
-                                      f"or use model.optimizer=sgd")
-                if self.optimizer != "sgd":
-                    self.optimizer = "sgd"
-                    self.ctx.notice("flow: design=warp keeps the training data on the device, which exceeds the "
-                                    "device budget; using design=chunk (out of core), which trains SGD: "
-                                    "model.optimizer=auto is sgd in this run (flow and cpu)")
-                else:
-                    self.ctx.notice("flow: design=warp keeps the training data on the device, which exceeds the "
-                                    "device budget; using design=chunk (out of core)")
             if v == "flow":
                 budget = self.budget_bytes()
+                if str(m.design) == "warp":
+                    if gpu.csr_bytes(self.data) <= budget:
+                        self.trainers[v] = gpu.FlowWarpTrainer(self.data, m, self.ctx, self.optimizer, self.bias_lr)
+                        self.ctx.notice(self.trainers[v].describe())
+                        continue
+                    if self.optimizer != "sgd" and str(m.optimizer) != "auto":
+                        raise ConfigError(f"model.optimizer={self.optimizer} needs the training data on the device "
+                                          f"(design=warp), which exceeds the device budget: raise "
+                                          f"model.device_budget_mb or use model.optimizer=sgd")
+                    note = ("flow: design=warp keeps the training data on the device, which exceeds the device "
+                            "budget; using design=chunk (out of core)")
+                    if self.optimizer != "sgd":
+                        self.optimizer = "sgd"
+                        note += ", which trains SGD: model.optimizer=auto is sgd in this run (flow and cpu)"
+                    self.ctx.notice(note)
                 require(self.parts == 1 or self.data.edge_bytes <= budget, "model.evals_per_epoch", self.parts,
                         f"1 with out-of-core flow (training data {self.data.edge_bytes / 2**20:.0f} MiB over the "
                         f"device budget of {budget / 2**20:.0f} MiB: it streams pieces, not slices of the chunk "
@@ -271,11 +263,10 @@ class WideModel(TrainingModel):
                                                               "gpu_ms") if k in rec}, h.epochs - 1)
             if not early:
                 return ""
-            if paper:
-                if ref.should_stop(h.series("val_loss"), window):
-                    return f"early stop: validation loss above the mean of the previous {window} epochs"
-                return ""
-            return self.patience(h)
+            if not paper:
+                return self.patience(h)
+            stopped = ref.should_stop(h.series("val_loss"), window)
+            return f"early stop: validation loss above the mean of the previous {window} epochs" if stopped else ""
         h = fit(self.ctx, [tr], self.epochs, stop=stop, watch=("val_loss",), desc=f"{m.name}/{v}",
                 parts=self.parts if parts is None else parts,
                 keep=self.patience.best if bool(m.keep_best) else None)[v]
@@ -353,39 +344,34 @@ class WideModel(TrainingModel):
     def report(self) -> Report:
         m, data = self.cfg.model, self.data
         rows = []
-        med = {v: h.median("epoch_ms") for v, h in self.hist.items()}
-        gmed = {v: h.median("gpu_ms") for v, h in self.hist.items()}
-        floor_ms = None
-        if self.ctx.peaks is not None:
-            floor_ms = self.ctx.peaks.floor_s(nbytes=data.edge_bytes) * 1e3
-        target, target_src = strict_target(self.hist, self.update, float(m.target_margin),
-                                           m.target_loss)
+        floor_ms = self.ctx.peaks.floor_s(nbytes=data.edge_bytes) * 1e3 if self.ctx.peaks is not None else None
+        target, target_src = strict_target(self.hist, self.update, float(m.target_margin), m.target_loss)
         for v, h in self.hist.items():
+            gpu_ms = h.median("gpu_ms")
             r = {"variant": v, "kind": h.kind, "updates": semantics(v, self.update),
                  "optimizer": optimizer_of(v, self.optimizer), "epochs": h.epochs,
                  "early_stop": "yes" if h.epochs < self.epochs else "no",
                  "converged": "yes" if converged(h) else "no", "best_epoch": h.kept_epoch,
                  "train_loss": h.kept("train_loss"), "val_loss": h.kept("val_loss"), "val_auc": h.kept("val_auc"),
-                 "epoch_ms": med[v], "gpu_ms": gmed[v], "to_stop_s": h.last("time_s")}
+                 "epoch_ms": h.median("epoch_ms"), "gpu_ms": gpu_ms, "to_stop_s": h.last("time_s")}
             if v in self.dloss:
                 r["dloss_vs_cpu"] = self.dloss[v]
                 r["ok"] = self.dloss[v] <= float(m.tolerance)
             tt = time_to_target(h, target, "val_loss", ("epoch_ms", "gpu_ms"))
-            r["to_target_epochs"] = tt["epochs"]
-            r["to_target_s"] = tt["epoch_ms"] / 1e3
-            r["to_target_gpu_s"] = tt["gpu_ms"] / 1e3
+            r.update(to_target_epochs=tt["epochs"], to_target_s=tt["epoch_ms"] / 1e3,
+                     to_target_gpu_s=tt["gpu_ms"] / 1e3)
             if floor_ms and v == "flow":
-                r["x_of_floor"] = gmed[v] / floor_ms
+                r["x_of_floor"] = gpu_ms / floor_ms
             if v in self.trainers:
                 # the epoch as a chain of dependent steps: a forward must see the updates of every sample
                 # more than in_flight before it, so an epoch is at least n / in_flight steps
                 w = self.trainers[v].in_flight
                 r["in_flight"] = w
-                r["us_per_step"] = gmed[v] * 1e3 / -(-data.n // w)
+                r["us_per_step"] = gpu_ms * 1e3 / -(-data.n // w)
                 if v == "flow":
                     bound = step_bound_ms(data.n, w, self.publish_us)
                     r["step_bound_ms"] = bound
-                    r["x_of_step_bound"] = gmed[v] / bound if bound > 0 else math.nan
+                    r["x_of_step_bound"] = gpu_ms / bound if bound > 0 else math.nan
             ov = [x for x in h.series("overlap") if math.isfinite(x)]
             if ov:
                 r["overlap"] = float(np.median(ov))
@@ -420,8 +406,7 @@ class WideModel(TrainingModel):
         rep.metrics["summary/target_loss"] = target
         rep.metrics["summary/objective"] = self.hist[main].kept("val_loss")
         rep.notes.append(f"flow updates: {self.update}, optimizer {self.optimizer} (model.optimizer={m.optimizer}; "
-                         f"stage/torch: strict mini-batches of {max(1, int(m.batch_size) // data.chunk) * data.chunk} "
-                         f"samples, SGD)")
+                         f"stage/torch: strict mini-batches of {self.step * data.chunk} samples, SGD)")
         rep.notes.append(self.stopping_note())
         if self.parts == 1:
             rep.notes.append(f"time to quality: target validation loss {target:.5f} from {target_src}; to_target_s "

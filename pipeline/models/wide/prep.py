@@ -17,7 +17,7 @@ same (renumbered, shuffled) training rows is kept for the stage baseline and the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -55,13 +55,11 @@ class WideData:
     def n_chunks(self) -> int:
         return len(self.chot)
 
-    def chunk_rows(self, c: int) -> Tuple[int, int]:
-        return c * self.chunk, min((c + 1) * self.chunk, self.n)
-
-    def rows_of(self, chunks) -> int:
-        """Training rows in the chunks ``chunks`` (ids; the last chunk may be short)."""
+    def rows_of(self, chunks, n: Optional[int] = None) -> int:
+        """Rows in the chunks ``chunks`` (ids) of ``n`` rows (default: the training rows; the last
+        chunk may be short)."""
         c = np.asarray(chunks, dtype=np.int64)
-        return int(np.minimum(self.chunk, self.n - c * self.chunk).sum())
+        return int(np.minimum(self.chunk, (self.n if n is None else n) - c * self.chunk).sum())
 
     @property
     def edge_bytes(self) -> int:
@@ -70,16 +68,16 @@ class WideData:
 
 # ------------------------------------------------------------------------------------ loading
 
-def source(cfg, size: str):
+def source(cfg):
     """(identity dict for the cache key, loader returning (Xtr, ytr, Xva, yva))."""
     d = cfg.dataset
     seed = int(cfg.seed)
     if d.format == "synth":
         from pipeline.data.ctr_synth import SHAPES, generate
         rows0, feats0, nnz = SHAPES[d.shape]
-        scale = float(d.scale if size == "full" else d.small_scale)
+        scale = float(d.scale)
         rows = max(200, int(round(rows0 * scale)))
-        feats = int(d.features or (feats0 if size == "full" else min(feats0, int(d.small_features))))
+        feats = int(d.features or feats0)
         ident = {"synth": d.shape, "rows": rows, "features": feats, "nnz": nnz, "alpha": float(d.alpha),
                  "seed": seed, "val_fraction": float(d.val_fraction)}
 
@@ -91,7 +89,7 @@ def source(cfg, size: str):
 
     from pipeline.data import ctr
     if d.format in ctr.FORMATS:            # raw click logs (criteo, avazu, csv): the hashing reader
-        return ctr.source(cfg, size)
+        return ctr.source(cfg)
 
     from pipeline.data.paths import find
     folder = find(cfg, str(d.path or d.name))
@@ -99,16 +97,16 @@ def source(cfg, size: str):
     for f in (ftr, fva):
         if not f.is_file():
             raise DataError(f"{f}: missing file of dataset '{d.name}' (dataset.train / dataset.val)")
-    small = int(d.small_rows) if size == "small" else 0
+    rows = int(d.rows)
     ident = {"format": d.format, "train": file_stamp(ftr), "val": file_stamp(fva), "features": int(d.features),
-             "small_rows": small}
+             "rows": rows}
 
     def load():
         from pipeline.data import svmlight
         Xtr, ytr = svmlight.load(ftr, int(d.features) or None)
         Xva, yva = svmlight.load(fva, Xtr.shape[1])
-        if small:
-            Xtr, ytr = Xtr[:small], ytr[:small]
+        if rows:
+            Xtr, ytr = Xtr[:rows], ytr[:rows]
         return Xtr, ytr, Xva, yva
     return ident, load
 
@@ -144,10 +142,8 @@ def chunk_edges(X: sp.csr_matrix, chunk: int, hot: int) -> Dict[str, np.ndarray]
     seg = (ch * 2 + cold)[o]                                   # segment of each sorted edge
     counts = np.bincount(seg, minlength=2 * nch)
     padded = (counts + PAD - 1) // PAD * PAD
-    out_start = np.zeros(2 * nch + 1, np.int64)
-    np.cumsum(padded, out=out_start[1:])
-    in_start = np.zeros(2 * nch + 1, np.int64)
-    np.cumsum(counts, out=in_start[1:])
+    out_start = np.concatenate([[0], np.cumsum(padded)]).astype(np.int64)     # segment starts, padded
+    in_start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     pos = out_start[seg] + (np.arange(len(seg)) - in_start[seg])
     E = int(out_start[-1])
     fid = np.zeros(E, np.int32)
@@ -180,8 +176,8 @@ def from_arrays(a: Dict[str, np.ndarray], chunk: int, hot: int) -> WideData:
                     a["freq"], chunk, hot)
 
 
-def prepare(cfg, size: str, chunk: int, hot: int, cache: bool = True) -> WideData:
-    ident, load = source(cfg, size)
+def prepare(cfg, chunk: int, hot: int, cache: bool = True) -> WideData:
+    ident, load = source(cfg)
     params = {"v": 1, "data": ident, "chunk": chunk, "hot": hot, "seed": int(cfg.seed)}
 
     def build():

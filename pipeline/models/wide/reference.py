@@ -47,9 +47,7 @@ class Params:
 def init_params(d: int, k: int, init_std: float, seed: int, b: float = 0.0) -> Params:
     """w = 0, bias ``b`` (0: the loss starts at ln 2 for LR, as in the paper; model.bias_init=prior
     passes :func:`prior_logit`); V ~ N(0, init_std^2), seeded."""
-    V = None
-    if k:
-        V = (np.random.default_rng(seed + 7919).standard_normal((d, k)) * init_std).astype(np.float32)
+    V = (np.random.default_rng(seed + 7919).standard_normal((d, k)) * init_std).astype(np.float32) if k else None
     return Params(np.zeros(d, np.float32), float(b), V)
 
 
@@ -204,14 +202,10 @@ def warp_adagrad_epoch(X: sp.csr_matrix, y: np.ndarray, p: Params, A: Params, st
 
 
 def sgd_step(p: Params, g: Params, lr: float, cols: Optional[np.ndarray] = None) -> None:
-    if cols is None:
-        p.w -= lr * g.w
-        if p.V is not None:
-            p.V -= lr * g.V
-    else:
-        p.w[cols] -= lr * g.w
-        if p.V is not None:
-            p.V[cols] -= lr * g.V
+    at = slice(None) if cols is None else cols
+    p.w[at] -= lr * g.w
+    if p.V is not None:
+        p.V[at] -= lr * g.V
     p.b -= lr * g.b
 
 
@@ -272,18 +266,11 @@ def _train_epoch_lr(X: sp.csr_matrix, y: np.ndarray, p: Params, order: np.ndarra
     n = X.shape[0]
     total, cnt = 0.0, 0
     for i in range(0, len(order), per_step):
-        cs = order[i:i + per_step]
-        if per_step == 1:
-            a, b = int(cs[0]) * chunk, min((int(cs[0]) + 1) * chunk, n)
-            e0, e1 = indptr[a], indptr[b]
-            idx, xv = indices[e0:e1], vals[e0:e1]
-            lens, yb = np.diff(indptr[a:b + 1]), y[a:b]
-        else:
-            spans = [(int(c) * chunk, min((int(c) + 1) * chunk, n)) for c in cs]
-            idx = np.concatenate([indices[indptr[a]:indptr[b]] for a, b in spans])
-            xv = np.concatenate([vals[indptr[a]:indptr[b]] for a, b in spans])
-            lens = np.concatenate([np.diff(indptr[a:b + 1]) for a, b in spans])
-            yb = np.concatenate([y[a:b] for a, b in spans])
+        spans = [(int(c) * chunk, min((int(c) + 1) * chunk, n)) for c in order[i:i + per_step]]
+        idx = np.concatenate([indices[indptr[a]:indptr[b]] for a, b in spans])
+        xv = np.concatenate([vals[indptr[a]:indptr[b]] for a, b in spans])
+        lens = np.concatenate([np.diff(indptr[a:b + 1]) for a, b in spans])
+        yb = np.concatenate([y[a:b] for a, b in spans])
         x = xv.astype(np.float64)
         rows = len(yb)
         r = np.repeat(np.arange(rows), lens)

@@ -134,8 +134,8 @@ def as_number(v: Any) -> Optional[float]:
 
 
 def fmt_value(v: Any) -> str:
-    """A cell of a table: 4 significant digits, or 3 in scientific notation for very large or small
-    numbers; anything else as it is ('' for None)."""
+    """A cell of a table: 4 significant digits, whole numbers from 10,000 up, 3 digits in scientific
+    notation for very large or small numbers; anything else as it is ('' for None)."""
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -145,6 +145,6 @@ def fmt_value(v: Any) -> str:
     if f == 0:
         return "0"
     a = abs(f)
-    if a >= 1e5 or a < 1e-3:
+    if a >= 1e9 or a < 1e-3:
         return f"{f:.2e}"
-    return f"{f:.4g}"
+    return f"{f:.0f}" if a >= 1e4 else f"{f:.4g}"

@@ -117,11 +117,9 @@ class ConvShape:
 def im2col(x: np.ndarray, s: ConvShape) -> np.ndarray:
     """(n, h, w, c) -> (n*ho*wo, kh*kw*c), column order (kh, kw, c)."""
     xp_ = np.pad(x, ((0, 0), (s.pad, s.pad), (s.pad, s.pad), (0, 0)))
-    cols = np.empty((s.n, s.ho, s.wo, s.kh, s.kw, s.c), x.dtype)
-    for i in range(s.kh):
-        for j in range(s.kw):
-            cols[:, :, :, i, j, :] = xp_[:, i:i + s.stride * s.ho:s.stride, j:j + s.stride * s.wo:s.stride, :]
-    return cols.reshape(s.rows, s.cols)
+    win = np.lib.stride_tricks.sliding_window_view(xp_, (s.kh, s.kw), axis=(1, 2))   # (n, ., ., c, kh, kw)
+    win = win[:, :s.stride * s.ho:s.stride, :s.stride * s.wo:s.stride]
+    return win.transpose(0, 1, 2, 4, 5, 3).reshape(s.rows, s.cols)
 
 
 def col2im(cols: np.ndarray, s: ConvShape) -> np.ndarray:

@@ -20,9 +20,7 @@ def _raw(cfg, name: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
     """uint8/float (n, h, w, c) images and labels for train and test."""
     if name == "cifar10":
         from pipeline.data import cifar10
-        xtr, ytr = cifar10.load(cfg, "train")
-        xte, yte = cifar10.load(cfg, "test")
-        return xtr, ytr, xte, yte
+        return (*cifar10.load(cfg, "train"), *cifar10.load(cfg, "test"))
     if name == "mnist":
         from pipeline.data import mnist
         xtr, ytr = mnist.load(cfg, "train")
@@ -34,8 +32,7 @@ def _raw(cfg, name: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray
         x = d.images.astype(np.float32)[..., None]            # (1797, 8, 8, 1), values 0..16
         y = d.target
         perm = np.random.default_rng(12345).permutation(len(y))   # a fixed split, independent of cfg.seed
-        ntest = 360
-        te, tr = perm[:ntest], perm[ntest:]
+        te, tr = perm[:360], perm[360:]
         return x[tr], y[tr], x[te], y[te]
     raise DataError(f"dataset '{name}' is not one model=bcm_cnn can train on (cifar10, mnist, digits)")
 
@@ -49,19 +46,15 @@ def load(cfg, name: str, seed: int) -> Tuple[Split, Split]:
     own = name == str(d.name)
     ntr = int(m.train_limit) or (int(d.train_images) if own else 0)
     nte = int(m.test_limit) or (int(d.test_images) if own else 0)
-    perm = np.random.default_rng([seed, 7]).permutation(len(ytr))
-    if ntr:
-        perm = perm[:ntr]
+    perm = np.random.default_rng([seed, 7]).permutation(len(ytr))[:ntr or None]
     xtr, ytr = xtr[perm], ytr[perm]
     if nte:
         # the test files are ordered by class (CIFAR-10): take a class-balanced, fixed subset
         pick = np.random.default_rng(54321).permutation(len(yte))[:nte]
         xte, yte = xte[pick], yte[pick]
-    xtr = xtr.astype(np.float32)
-    xte = xte.astype(np.float32)
+    xtr, xte = xtr.astype(np.float32), xte.astype(np.float32)
     mean = xtr.mean(axis=(0, 1, 2), dtype=np.float64).astype(np.float32)
     std = xtr.std(axis=(0, 1, 2), dtype=np.float64).astype(np.float32) + 1e-6
-    xtr = (xtr - mean) / std
-    xte = (xte - mean) / std
+    xtr, xte = (xtr - mean) / std, (xte - mean) / std
     return (Split(np.ascontiguousarray(xtr), ytr.astype(np.int32)),
             Split(np.ascontiguousarray(xte), yte.astype(np.int32)))

@@ -140,14 +140,6 @@ class BcmCnnModel(TrainingModel):
         self.dtest = (cupy.asarray(self.test.x), cupy.asarray(self.test.y))
 
     # ---------------------------------------------------------------------------------- execute
-    def _build(self, entry) -> Net:
-        k = entry["k"] or 1
-        net = Net(self.spec, self.input_shape, entry["bcm"], k, cuda=self.ctx.cuda,
-                  variant=entry.get("variant") or "tiled",
-                  precision=str(self.cfg.model.precision))
-        net.init(int(self.cfg.seed))
-        return net
-
     def _batch(self, xp, X, Y, idx, augment: bool, rng: np.random.Generator):
         """The batch ``idx``; with ``augment``: random crops of the 4-pixel zero-padded image and
         random horizontal flips (drawn on the host from the seeded ``rng``)."""
@@ -178,7 +170,10 @@ class BcmCnnModel(TrainingModel):
     def _trainer(self, entry) -> "NetTrainer":
         """Build ``entry``'s network (when its turn comes: one network's device memory at a time)
         and keep it in ``self.results`` for the checks and the report."""
-        tr = NetTrainer(self, entry, self._build(entry))
+        net = Net(self.spec, self.input_shape, entry["bcm"], entry["k"] or 1, cuda=self.ctx.cuda,
+                  variant=entry.get("variant") or "tiled", precision=str(self.cfg.model.precision))
+        net.init(int(self.cfg.seed))
+        tr = NetTrainer(self, entry, net)
         self.results[entry["tag"]] = {**entry, "net": tr.net, "hist": {}, "failure": None}
         return tr
 
@@ -331,8 +326,7 @@ class BcmCnnModel(TrainingModel):
         obj = first_bcm or dense
         if obj and obj["hist"]["test_acc"]:
             rep.metrics["summary/objective"] = float(obj["hist"]["test_acc"][-1])
-        any_net = next(iter(self.results.values()))["net"]
-        bcm_net = first_bcm["net"] if first_bcm else any_net
+        bcm_net = (first_bcm or next(iter(self.results.values())))["net"]
         rep.title = (f"bcm_cnn on {self.dataset} ({'GPU ' + self.ctx.device.name if self.ctx.cuda else 'CPU, NumPy'}): "
                      f"{bcm_net.describe()}")
         rep.notes.append(f"network: {bcm_net.describe()}; BCM layers: {', '.join(bcm_net.bcm_layers()) or 'none'}")
@@ -349,12 +343,10 @@ class BcmCnnModel(TrainingModel):
             ep = np.arange(1, len(h["test_acc"]) + 1)
             ax1.plot(ep, h["train_loss"], marker="o", label=tag)
             ax2.plot(ep, 100 * np.asarray(h["test_acc"]), marker="o", label=tag)
-        ax1.set_xlabel("epoch")
-        ax1.set_ylabel("training loss")
-        ax2.set_xlabel("epoch")
-        ax2.set_ylabel("test accuracy (%)")
-        ax1.legend(fontsize=8)
-        ax2.legend(fontsize=8)
+        for ax, what in ((ax1, "training loss"), (ax2, "test accuracy (%)")):
+            ax.set_xlabel("epoch")
+            ax.set_ylabel(what)
+            ax.legend(fontsize=8)
         fig.suptitle(f"BCM CNN vs dense on {self.dataset}")
         fig.tight_layout()
         return fig

@@ -34,27 +34,34 @@ ARCHS: Dict[str, List[Spec]] = {
 }
 
 
-def bcm_layer_sizes(spec: Sequence[Spec], input_shape: Tuple[int, int, int]) -> List[Tuple[str, int, int]]:
-    """(name, in features, out features) of each layer the network makes block-circulant (names as
-    :class:`Net` gives them), from the architecture alone."""
+def _linear_sizes(spec: Sequence[Spec], input_shape: Tuple[int, int, int]) -> Dict[int, Tuple[int, int]]:
+    """Spec index -> (in features, out features) of each conv (im2col: 9 c inputs) and fc layer."""
     h, w, c = input_shape
     feat = None
-    out = []
+    out = {}
     for i, s in enumerate(spec):
         if s[0] == "conv":
-            if s[2]:
-                out.append((f"conv{i}", 9 * c, s[1]))
+            out[i] = (9 * c, s[1])
             c = s[1]
         elif s[0] == "fc":
-            fin = feat if feat is not None else c
-            if s[2]:
-                out.append((f"fc{i}", fin, s[1]))
+            out[i] = (feat if feat is not None else c, s[1])
             feat = s[1]
         elif s[0] == "pool":
+            if h % 2 or w % 2:
+                raise ValueError(f"2x2 pooling needs even sizes, got {h}x{w} at layer {i}")
             h, w = h // 2, w // 2
         elif s[0] == "flatten":
             feat = h * w * c
+        elif s[0] != "relu":
+            raise ValueError(f"unknown layer {s[0]!r}")
     return out
+
+
+def bcm_layer_sizes(spec: Sequence[Spec], input_shape: Tuple[int, int, int]) -> List[Tuple[str, int, int]]:
+    """(name, in features, out features) of each layer the network makes block-circulant (names as
+    :class:`Net` gives them), from the architecture alone."""
+    return [(f"{spec[i][0]}{i}", fin, fout) for i, (fin, fout) in _linear_sizes(spec, input_shape).items()
+            if spec[i][2]]
 
 
 # ------------------------------------------------------------------------------ linear cores
@@ -135,8 +142,6 @@ class Linear:
             self.out_p, self.in_p = out_f, in_f
             self.core = GpuDenseCore(net.precision) if net.cuda else CpuDenseCore()
             wshape, bshape = (out_f, in_f), (out_f,)
-        self.wshape, self.bshape = wshape, bshape
-        self.dtype = net.dtype
         self.W = xp.zeros(wshape, net.dtype)
         self.b = xp.zeros(bshape, net.dtype)
 
@@ -144,17 +149,9 @@ class Linear:
         """He-normal (std sqrt(2/fan_in); sqrt(1/fan_in) for the output layer), zero bias. A BCM
         block's defining vector gets the same std: each output still sums fan_in products."""
         std = np.sqrt((1.0 if last else 2.0) / self.in_f)
-        w = (rng.standard_normal(self.wshape) * std).astype(self.dtype)
+        w = (rng.standard_normal(self.W.shape) * std).astype(self.W.dtype)
         self.W[...] = self.net.xp.asarray(w)
         self.b[...] = 0
-
-    @property
-    def n_weights(self) -> int:
-        return int(np.prod(self.wshape))
-
-    @property
-    def n_dense_weights(self) -> int:
-        return self.in_f * self.out_f
 
     def forward(self, x):
         xp = self.net.xp
@@ -187,26 +184,10 @@ class Net:
             self.xp = np
         # time spent in the linear products (BCM or dense, incl. im2col/col2im), summed per epoch
         self.timer = IntervalSum("cuda" if cuda else "cpu")
-        self.layers: List[Tuple[Spec, Optional[Linear]]] = []
-        h, w, c = input_shape
-        feat = None
-        for i, s in enumerate(self.spec):
-            lin = None
-            if s[0] == "conv":
-                lin = Linear(f"conv{i}", 9 * c, s[1], bcm and s[2], k, self)
-                c = s[1]
-            elif s[0] == "fc":
-                lin = Linear(f"fc{i}", feat if feat is not None else c, s[1], bcm and s[2], k, self)
-                feat = s[1]
-            elif s[0] == "pool":
-                if h % 2 or w % 2:
-                    raise ValueError(f"2x2 pooling needs even sizes, got {h}x{w} at layer {i}")
-                h, w = h // 2, w // 2
-            elif s[0] == "flatten":
-                feat = h * w * c
-            elif s[0] != "relu":
-                raise ValueError(f"unknown layer {s[0]!r}")
-            self.layers.append((s, lin))
+        sizes = _linear_sizes(self.spec, input_shape)
+        self.layers: List[Tuple[Spec, Optional[Linear]]] = [
+            (s, Linear(f"{s[0]}{i}", *sizes[i], bcm and s[2], k, self) if i in sizes else None)
+            for i, s in enumerate(self.spec)]
         self.linears = [lin for _, lin in self.layers if lin is not None]
         self.velocity: Dict[int, object] = {}
 
@@ -220,18 +201,15 @@ class Net:
         self.velocity = {}
 
     def params(self) -> List[Tuple[str, object]]:
-        out = []
-        for lin in self.linears:
-            out += [(f"{lin.name}.W", lin.W), (f"{lin.name}.b", lin.b)]
-        return out
+        return [(f"{lin.name}.{a}", getattr(lin, a)) for lin in self.linears for a in "Wb"]
 
     @property
     def n_weights(self) -> int:
-        return sum(lin.n_weights for lin in self.linears)
+        return sum(int(lin.W.size) for lin in self.linears)
 
     @property
     def n_dense_weights(self) -> int:
-        return sum(lin.n_dense_weights for lin in self.linears)
+        return sum(lin.in_f * lin.out_f for lin in self.linears)
 
     def release(self) -> None:
         """Drop what the passes cached (activations, FFTs, the kernels' per-shape buffers) so that
@@ -253,22 +231,13 @@ class Net:
 
     def describe(self) -> str:
         """e.g. 'conv27-64 relu conv576-64[BCM] ... fc1024-10' (im2col sizes for conv layers)."""
-        parts = []
-        for s, lin in self.layers:
-            if lin is None:
-                parts.append(s[0])
-            else:
-                parts.append(f"{s[0]}{lin.in_f}-{lin.out_f}" + ("[BCM]" if lin.bcm else ""))
-        return " ".join(p for p in parts if p != "flatten")
+        return " ".join(s[0] if lin is None else f"{s[0]}{lin.in_f}-{lin.out_f}" + ("[BCM]" if lin.bcm else "")
+                        for s, lin in self.layers if s[0] != "flatten")
 
     def bcm_layers(self) -> List[str]:
         return [lin.name for lin in self.linears if lin.bcm]
 
     # ------------------------------------------------------------------------------- passes
-    def _conv_shape(self, x, cout: int) -> ref.ConvShape:
-        n, h, w, c = x.shape
-        return ref.ConvShape(n=n, h=h, w=w, c=c, cout=cout)
-
     def _im2col(self, x, s):
         if self.cuda:
             from pipeline.models.bcm import gpu
@@ -288,7 +257,8 @@ class Net:
         for s, lin in self.layers:
             kind = s[0]
             if kind == "conv":
-                cs = self._conv_shape(x, s[1])
+                n, h, w, c = x.shape
+                cs = ref.ConvShape(n=n, h=h, w=w, c=c, cout=s[1])
                 t0 = self.timer.start()
                 y = lin.forward(self._im2col(x, cs)).reshape(cs.n, cs.ho, cs.wo, cs.cout)
                 self.timer.stop(t0)
@@ -340,10 +310,7 @@ class Net:
                                                                xr.shape[5])
             elif kind == "flatten":
                 g = g.reshape(c)
-        self.grads = []
-        for lin in self.linears:
-            dW, db = grads[lin.name]
-            self.grads += [dW, db]
+        self.grads = [g for lin in self.linears for g in grads[lin.name]]
 
     def loss(self, logits, y):
         """Mean softmax cross-entropy and its gradient w.r.t. the logits."""

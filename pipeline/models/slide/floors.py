@@ -1,22 +1,12 @@
 """The memory floor of each phase of a SLIDE step: the bytes the phase's job must move between the
 device memory and the chip, counted from the run's own work (``reference.WORK``, summed by every
-SLIDE engine) and divided by the measured copy bandwidth (``Peaks.floor_s``).
+SLIDE engine) and divided by the measured copy bandwidth (``Peaks.floor_s``). What each phase
+counts: docs/models/slide.md, "Each phase against its memory floor".
 
 A floor counts each distinct row once (a row read by several samples of a step can come from the
 cache) and leaves out the scratch of our method (per-row counters, scans, sort passes beyond one):
 ``x_floor`` = the phase's time / its floor shows what the method costs beyond the data it must
-touch. 4-byte floats and ids; H hidden units, a row 4 H bytes. Per phase:
-
-- input_fwd: the distinct W1 rows of the batch, the non-zeros (index, value), h written.
-- lsh_query: h read, the ids gathered from the samples' L buckets, the active ids written.
-- output_fwd_softmax: the distinct active W2 rows and their b2, each entry's id read and its dz and
-  list slot written, h read and dh written.
-- output_bwd: each entry's id and slot read, its place in its row's list written.
-- hidden_bwd: each non-zero's index read, its slot and place in its feature's list written.
-- update: every updated W2 row with b2 and the W1 rows, read and written with both Adam moments
-  (6 x each), each entry's dz and list place, each non-zero's value and list place.
-- rebuild: the W2 rows hashed, then for every (table, neuron) its key written and read once (one
-  pass ordering them) and its id written, and every bucket's offset written.
+touch. 4-byte floats and ids; H hidden units, a row 4 H bytes.
 """
 from __future__ import annotations
 

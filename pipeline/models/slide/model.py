@@ -95,14 +95,6 @@ def eval_rows_of(n: int, rows: int, seed: int) -> Optional[np.ndarray]:
     return np.sort(rng.choice(n, size=int(rows), replace=False))
 
 
-def eval_subset(split, rows: int, seed: int):
-    """The split restricted to :func:`eval_rows_of` (the split itself for all rows)."""
-    idx = eval_rows_of(split.X.shape[0], rows, seed)
-    if idx is None:
-        return split
-    return type(split)(X=split.X[idx], Y=split.Y[idx])
-
-
 def time_to_p1(h: History, target: float) -> Dict[str, float]:
     """The first evaluation (every part with model.eval_every, else every epoch) whose P@1 reaches
     ``target``: ``{"s": training seconds until then (the timed epochs or parts, first table build
@@ -125,26 +117,11 @@ def p1_target_of(hist: Dict[str, History], explicit: float):
     return math.nan, "no dense baseline ran (model.baselines) and model.p1_target is 0"
 
 
-def load_data(cfg, size: str, notice):
-    """The dataset of ``cfg.dataset`` for a run of ``size`` (:func:`pipeline.data.xc_dataset.load`: a
-    folder the user named is always read, on size=small its first rows)."""
-    from pipeline.data import xc_dataset
-    return xc_dataset.load(cfg.dataset, size=size, data_dir=cfg.data_dir, cache_dir=cfg.cache_dir,
-                           seed=int(cfg.seed), notice=notice)
-
-
-def popular_topk(train_Y, k: int) -> np.ndarray:
-    """The ``k`` most frequent labels of the training split (ties: lower id), most frequent first:
-    the popularity baseline predicts them for every test row."""
-    freq = np.bincount(train_Y.indices, minlength=train_Y.shape[1])
-    return np.argsort(-freq, kind="stable")[:min(k, train_Y.shape[1])]
-
-
 def popularity_baseline(train_Y, test_Y, ks) -> Dict[str, float]:
-    """P@k of predicting the most frequent training labels for every test row (what a model that
-    learned only the label frequencies, e.g. its output biases, scores)."""
-    ks = [int(k) for k in ks]
-    top = popular_topk(train_Y, max(ks))
+    """P@k of predicting the most frequent training labels (ties: lower id) for every test row (what
+    a model that learned only the label frequencies, e.g. its output biases, scores)."""
+    freq = np.bincount(train_Y.indices, minlength=train_Y.shape[1])
+    top = np.argsort(-freq, kind="stable")[:min(max(ks), train_Y.shape[1])]
     return ref.precision_at_k(np.broadcast_to(top, (test_Y.shape[0], top.size)), test_Y, ks)
 
 
@@ -154,13 +131,15 @@ class SlideModel(TrainingModel):
         cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
         self.select()
         self.mcfg = m                # size=small: model.small already applied (pipeline.config.apply_small_preset)
-        self.data = load_data(cfg, ctx.size, ctx.notice)
-        d = self.data
+        from pipeline.data import xc_dataset      # a folder the user named is always read (size=small: its first rows)
+        self.data = d = xc_dataset.load(cfg.dataset, size=ctx.size, data_dir=cfg.data_dir, cache_dir=cfg.cache_dir,
+                                        seed=int(cfg.seed), notice=ctx.notice)
         too_big = [int(k) for k in self.mcfg.topk if int(k) > d.n_labels]
         if too_big:
             raise ConfigError(f"model.topk={too_big[0]} is not allowed: at most the {d.n_labels} labels of dataset "
                               f"{d.name} (P@k over more labels than there are)")
-        self.test = eval_subset(d.test, int(m.eval_rows), int(cfg.seed))
+        idx = eval_rows_of(d.test.X.shape[0], int(m.eval_rows), int(cfg.seed))
+        self.test = d.test if idx is None else type(d.test)(X=d.test.X[idx], Y=d.test.Y[idx])
         self.popular = popularity_baseline(d.train.Y, self.test.Y, [int(k) for k in self.mcfg.topk])
         max_labels = int(np.diff(d.train.Y.indptr).max(initial=0))
         self.hp = hp = ref.Hyper.from_cfg(self.mcfg, d.n_labels, max_labels)
@@ -214,16 +193,13 @@ class SlideModel(TrainingModel):
             def make(p):
                 return ref.DenseEngine(hp, p, F, N)
         else:
-            make = self.gpu_engine_factory(name)
+            def make(p):
+                return self.gpu.make_engine(name, self.ctx, hp, p, F, N)
         tr = ref.SlideTrainer(hp, F, N, int(cfg.seed), make, bool(m.shuffle))
         kind = REGISTRY[name].kind
         handle = self.device_split if REGISTRY[name].backend == "cuda" else None
         return VariantTrainer(name, kind, tr, d.train, self.test, int(m.batch_size), int(m.max_steps),
                               [int(k) for k in m.topk], int(m.eval_batch), handle, int(m.eval_every))
-
-    def gpu_engine_factory(self, name: str):
-        gpu, ctx, hp, F, N = self.gpu, self.ctx, self.hp, self.data.n_features, self.data.n_labels
-        return lambda p: gpu.make_engine(name, ctx, hp, p, F, N)
 
     def execute(self) -> None:
         m = self.mcfg
@@ -352,9 +328,8 @@ class SlideModel(TrainingModel):
                            f"{'dwta' if hp.dwta else 'wta'} bin {hp.bin_size}, {hp.optimizer}")
         for name, h in self.hist.items():
             for key in h.keys():
-                if key in ("epoch",):
-                    continue
-                rep.series[f"{name}/{key}"] = h.series(key)
+                if key != "epoch":
+                    rep.series[f"{name}/{key}"] = h.series(key)
             if h.parts:                                  # model.eval_every: every evaluation, in order
                 for key in ("epoch", "steps", "time_s", "epoch_ms", *[f"p@{k}" for k in ks]):
                     rep.series[f"{name}/eval/{key}"] = [float(r.get(key, math.nan)) for r in h.parts]

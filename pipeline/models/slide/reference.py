@@ -1,28 +1,12 @@
-"""SLIDE (LSH-sampled softmax training) in NumPy: the definition the GPU trainer must match.
+"""SLIDE (LSH-sampled softmax training) in NumPy: the definition the GPU trainer must match,
+specified in docs/models/slide.md ("The network and one training step" and its subsections).
 
-Network: sparse input x -> h = relu(x W1 + b1) (``hidden`` units) -> an output layer of N labels
-whose softmax runs over a per-sample *active set* chosen by locality-sensitive hashing:
-
-* **WTA hashing.** ``bins`` (K*L, bin_size) int32 holds concatenated random permutations of the
-  hidden units. Code j of table t for a vector v is the index k < bin_size of the largest
-  ``v[bins[t*K+j, k]]`` (the first one on ties). With ``dwta`` an empty bin (max <= 0) borrows the
-  code of the next non-empty bin of the same table (j+1, j+2, ... mod K), code 0 when all are empty.
-  A table's bucket packs its K codes of ``bits = ceil(log2(bin_size))`` bits, first code highest.
-* **Tables.** Output neuron n is hashed with its weight row W2[n]. Neurons enter the tables in
-  ``node_order``; a bucket keeps the last ``bucket_capacity`` neurons hashed to it (FIFO overwrite)
-  in insertion order; the overwritten inserts are counted (``dropped``). Stored per table as CSR.
-* **Query.** Sample b is hashed with h_b; the ids in its L buckets are counted; those seen in at
-  least ``threshold`` tables are candidates; in training the sample's labels join; a set smaller
-  than ``min(min_active, N)`` is padded by walking ``node_order`` from a random offset; a set larger
-  than ``max_active`` keeps the labels (ascending id), then candidates by (count desc, id asc), then
-  pads in walk order, and the truncation is counted. The set is stored sorted by id.
-* **Step.** Softmax cross-entropy over the active set against ``1/|labels|`` targets, mean over the
-  batch (samples without labels contribute no loss and no gradient); backward to both layers; Adam
-  over every parameter (``adam``) or only over the rows the step touched (``lazy_adam``).
-* **Schedule.** One host ``Generator(PCG64(seed))`` draws W1, b1, W2, b2, the hash functions,
-  node_order, then every step's pad offsets, every epoch's shuffle (when enabled) and every
-  reshuffle's new hash functions and node_order. Tables are rebuilt every ``rebuild_every`` samples
-  (period times ``rebuild_decay`` after each rebuild) and re-hashed every ``reshuffle_every``.
+Network: sparse input x -> h = relu(x W1 + b1) -> N output labels whose softmax runs over a
+per-sample *active set*: the neurons found in the sample's L WTA/DWTA hash buckets (those seen in
+at least ``threshold`` tables), plus its labels in training, padded by walking ``node_order`` to
+``min(min_active, N)``, truncated to ``max_active``. Adam updates every row (``adam``) or only the
+rows a step touched (``lazy_adam``). One host ``Generator(PCG64(seed))`` draws everything, in the
+order of docs/models/slide.md, "Schedule and random numbers".
 
 Storage is float32; sums run in float64 where that is cheap. Every function is dtype-generic so a
 float64 copy of the parameters gives float64 results (the finite-difference checks use that).
@@ -178,12 +162,9 @@ class Active:
 
 def init_params(F: int, N: int, hp: Hyper, rng: np.random.Generator) -> Params:
     """W1, b1, W2, b2 in that order from normal(0, init_std), float32; zero moments; t = 0."""
-    H, s = hp.hidden, hp.init_std
-
-    def draw(*shape):
-        return rng.normal(0.0, s, size=shape).astype(np.float32)
-
-    W1, b1, W2, b2 = draw(F, H), draw(H), draw(N, H), draw(N)
+    H = hp.hidden
+    W1, b1, W2, b2 = (rng.normal(0.0, hp.init_std, size=shape).astype(np.float32)
+                      for shape in ((F, H), H, (N, H), N))
     z = np.zeros_like
     return Params(W1, b1, W2, b2, z(W1), z(W1), z(b1), z(b1), z(W2), z(W2), z(b2), z(b2), 0)
 
@@ -300,7 +281,7 @@ def query(h: np.ndarray, tables: Tables, bins: np.ndarray, hp: Hyper, node_order
         wb = np.repeat(np.arange(B, dtype=np.int64), walk)
         step = np.arange(int(walk.sum())) - np.repeat(np.cumsum(walk) - walk, walk)
         wkey = wb * N + node_order[(np.asarray(pad_off, np.int64)[wb] + step) % N]
-        absent = ~_sorted_isin(wkey, members)
+        absent = ~np.isin(wkey, members)
         rank = np.cumsum(absent) - 1                       # rank among the absent, per sample
         first = np.concatenate([[0], np.cumsum(absent)])[np.cumsum(walk) - walk]
         take = absent & (rank - first[wb] < need[wb])
@@ -333,13 +314,6 @@ def query(h: np.ndarray, tables: Tables, bins: np.ndarray, hp: Hyper, node_order
     return Active(off, (keys % N).astype(np.int32), o_samples, o_dropped, tot)
 
 
-def _sorted_isin(x: np.ndarray, sorted_ref: np.ndarray) -> np.ndarray:
-    if sorted_ref.size == 0:
-        return np.zeros(x.shape, bool)
-    i = np.minimum(np.searchsorted(sorted_ref, x), sorted_ref.size - 1)
-    return sorted_ref[i] == x
-
-
 # ----------------------------------------------------------------------------- forward / backward
 
 
@@ -349,9 +323,9 @@ def hidden(Xb: sp.csr_matrix, params: Params) -> np.ndarray:
     return np.maximum(a, 0).astype(params.dtype, copy=False)
 
 
-def _segments(off: np.ndarray):
-    sizes = np.diff(off)
-    return np.repeat(np.arange(sizes.size), sizes), sizes
+def _rows(off: np.ndarray) -> np.ndarray:
+    """The sample of every entry of a CSR layout with row offsets ``off``."""
+    return np.repeat(np.arange(off.size - 1), np.diff(off))
 
 
 def _seg_reduce(ufunc, x: np.ndarray, off: np.ndarray, empty) -> np.ndarray:
@@ -365,17 +339,16 @@ def _seg_reduce(ufunc, x: np.ndarray, off: np.ndarray, empty) -> np.ndarray:
 
 def active_logits(h: np.ndarray, params: Params, active: Active) -> np.ndarray:
     """z of every (sample, active neuron) entry, in the order of active.ids."""
-    rows, _ = _segments(active.off)
+    rows = _rows(active.off)
     ids = active.ids.astype(np.int64)
     B, N = h.shape[0], params.W2.shape[0]
+    z = np.empty(ids.size, params.dtype)
     if B * N <= 8 * max(ids.size, 1) or B * N <= 4_000_000:
-        z = np.empty(ids.size, params.dtype)
         for r0 in range(0, B, 256):                         # dense h W2^T per chunk of rows, gathered
             lo, hi = active.off[r0], active.off[min(B, r0 + 256)]
             Z = h[r0:r0 + 256] @ params.W2.T
             z[lo:hi] = Z[rows[lo:hi] - r0, ids[lo:hi]]
     else:
-        z = np.empty(ids.size, params.dtype)
         for b in range(B):
             lo, hi = active.off[b], active.off[b + 1]
             z[lo:hi] = params.W2[ids[lo:hi]] @ h[b]
@@ -388,7 +361,7 @@ def output_forward(h: np.ndarray, labels, params: Params, active: Active):
     B, N = h.shape[0], params.W2.shape[0]
     Y = _label_csr(labels, N)
     z = active_logits(h, params, active).astype(np.float64)
-    rows, _ = _segments(active.off)
+    rows = _rows(active.off)
     zmax = _seg_reduce(np.maximum, z, active.off, -np.inf)
     e = np.exp(z - zmax[rows])
     s = _seg_reduce(np.add, e, active.off, 0.0)
@@ -577,15 +550,16 @@ class _StepStats:
 
     def reset(self):
         self.loss_sum = 0.0
-        self.steps = 0
-        self.samples = 0
-        self.active_sum = 0
-        self.active_max = 0
-        self.overflow_samples = 0
-        self.overflow_dropped = 0
-        self.dropped = 0
-        self.rebuilds = 0
+        self.steps = self.samples = self.active_sum = self.active_max = 0
+        self.overflow_samples = self.overflow_dropped = self.dropped = self.rebuilds = 0
         self.work = dict.fromkeys(WORK, 0)
+
+    def add_step(self, loss: float, samples: int, entries: int, largest: int) -> None:
+        self.loss_sum += loss
+        self.steps += 1
+        self.samples += samples
+        self.active_sum += entries
+        self.active_max = max(self.active_max, largest)
 
     def take(self) -> Dict[str, float]:
         counted = self.work["steps"] or self.work["rows_hashed"]          # SLIDE engines; not the dense ones
@@ -649,11 +623,7 @@ class ReferenceEngine:
         w["rows_w1"] += grads.rows_W1.size if lazy else self.F
         w["rows_w2"] += grads.rows_W2.size if lazy else self.N
         w["gathered"] += act.gathered
-        s.loss_sum += loss
-        s.steps += 1
-        s.samples += len(batch)
-        s.active_sum += int(act.ids.size)
-        s.active_max = max(s.active_max, int(act.sizes.max(initial=0)))
+        s.add_step(loss, len(batch), int(act.ids.size), int(act.sizes.max(initial=0)))
         s.overflow_samples += act.overflow_samples
         s.overflow_dropped += act.overflow_dropped
         self.last_active = act
@@ -693,23 +663,18 @@ class DenseEngine(ReferenceEngine):
         c.lap("output_fwd_softmax")
         adam_update(self.p, grads, self.hp)
         c.lap("update")
-        s = self.stats
-        s.loss_sum += loss
-        s.steps += 1
-        s.samples += len(batch)
-        s.active_sum += len(batch) * self.N
-        s.active_max = self.N
+        self.stats.add_step(loss, len(batch), len(batch) * self.N, self.N)
 
 
 class SlideTrainer:
     """The host side of SLIDE training, the same for every engine: the one RNG (parameters, hash
     functions, node order, pad offsets, shuffles) and the rebuild/reshuffle schedule. Dense engines
     ignore the hash draws but the RNG stream (hence the data order) is the same. The first tables
-    are built by the first step (inside the training time, like every later rebuild)."""
+    are built by the first step (inside the training time, like every later rebuild).
+    ``make_engine(params)`` -> the engine that owns the parameters (default: ReferenceEngine)."""
 
     def __init__(self, hp: Hyper, n_features: int, n_labels: int, seed: int, make_engine=None,
                  shuffle: bool = False):
-        """``make_engine(params)`` -> the engine that owns the parameters (default: ReferenceEngine)."""
         self.hp, self.F, self.N, self.shuffle = hp, n_features, n_labels, shuffle
         self.rng = np.random.Generator(np.random.PCG64(seed))
         params = init_params(n_features, n_labels, hp, self.rng)
@@ -726,11 +691,6 @@ class SlideTrainer:
         self.engine.set_hash(self.bins, self.node_order)
         self.built = False
 
-    def build(self) -> None:
-        """The first tables (the first step does it when not done before)."""
-        if not self.built:
-            self._rebuild(first=True)
-
     def _rebuild(self, first: bool = False) -> None:
         self.engine.rebuild()
         self.rebuilds += 1
@@ -740,7 +700,8 @@ class SlideTrainer:
             self.next_rebuild = self.S + self.period if self.hp.rebuild_every > 0 else math.inf
 
     def step(self, batch, n: int) -> None:
-        self.build()
+        if not self.built:
+            self._rebuild(first=True)
         pad_off = self.rng.integers(0, self.N, size=n)
         self.engine.step(batch, pad_off)
         self.S += n
@@ -754,12 +715,6 @@ class SlideTrainer:
         elif self.S >= self.next_rebuild:
             self._rebuild()
 
-    @staticmethod
-    def steps_of(n_rows: int, batch_size: int, rows: int = 0) -> int:
-        """Steps of an epoch over ``n_rows`` rows (the first ``rows`` when > 0)."""
-        end = min(n_rows, rows) if rows > 0 else n_rows
-        return -(-end // batch_size)
-
     def epoch(self, split, n_rows: int, batch_size: int, progress=None, rows: int = 0,
               steps: Optional[Tuple[int, int]] = None) -> None:
         """One pass over ``split`` (``n_rows`` rows) in batches: in file order, or in a fresh rng
@@ -767,7 +722,7 @@ class SlideTrainer:
         only the epoch's steps s0 .. s1 - 1 (consecutive slices: the same steps as one pass; the
         shuffle is drawn by the slice that starts at step 0)."""
         end = min(n_rows, rows) if rows > 0 else n_rows
-        s0, s1 = steps if steps is not None else (0, self.steps_of(n_rows, batch_size, rows))
+        s0, s1 = steps if steps is not None else (0, -(-end // batch_size))
         if s0 == 0:
             self.order = self.rng.permutation(n_rows) if self.shuffle else None
         for s in range(s0, s1):

@@ -47,10 +47,11 @@ def host_memory(net, variants: List[str], S: int = 1) -> Dict[str, float]:
     """Estimated host bytes: inputs, layers held, pinned weights of each GPU runner (one exists at a
     time), and the peak (inputs + layers + the largest runner's pinned copy)."""
     from pipeline.models.sparse_dnn.gpu import cluster_bytes, packed_bytes
-    cap = radixnet.max_nnz(net.layers)
-    lazy = isinstance(net.layers, radixnet.Layers) and not net.layers.keep
-    held = 0 if lazy else sum(_csr_bytes(w) for w in net.layers) if not isinstance(net.layers, radixnet.Layers) \
-        else net.layers.nbytes
+    lay, cap = net.layers, radixnet.max_nnz(net.layers)
+    if isinstance(lay, radixnet.Layers):
+        held = lay.nbytes if lay.keep else 0          # a lazy RadiX-Net holds none
+    else:
+        held = sum(_csr_bytes(w) for w in lay)
     est = {"inputs": float(_csr_bytes(net.Y0)), "layers": float(held)}
     for v in variants:
         if v in ("snig", "pull", "bf", "cusparse"):
@@ -101,28 +102,19 @@ def _once(fn):
 class SparseDnnModel(SelectsVariants):
 
     # ------------------------------------------------------------------ prepare
-    def _refuse_unused_batch(self) -> None:
-        """On the CPU backend in this process (model.gpus=1) the reference classifies every image in
-        one pass (its threads split the rows themselves), so a batch size would be ignored: refuse it,
-        as a model refuses a knob it does not use. model.gpus=n uses it (the workers claim batches)."""
-        m = self.cfg.model
-        if not self.ctx.cuda and int(m.gpus) == 1 and int(m.batch_size) != 0:
-            raise ConfigError(f"{knob(self.cfg, 'batch_size')}={int(m.batch_size)} is not used by model=sparse_dnn on "
-                              f"the CPU backend: the SciPy reference classifies all images in one pass; leave it out "
-                              f"(or add model.gpus=2: worker processes claim batches of it)")
-
-    def _inputs(self) -> None:
-        """RadiX-Net inputs from MNIST, or dataset.fallback's stand-in when MNIST is not in data_dir
-        (one line, the same rule as model=bcm_cnn's datasets); the choice goes into cfg, which the
-        worker processes of model.gpus load the network from."""
-        d = self.cfg.dataset
-        if d.format == "radixnet" and str(d.inputs) == "mnist":
-            d.inputs = fallback(self.cfg, "mnist", self.ctx.notice, f"{d.name} takes {{}} inputs")
-
     def prepare(self) -> None:
         cfg, m, d = self.cfg, self.cfg.model, self.cfg.dataset
-        self._refuse_unused_batch()
-        self._inputs()
+        # On the CPU backend in this process (model.gpus=1) the reference classifies every image in one
+        # pass (its threads split the rows themselves), so a batch size would be ignored: refuse it, as
+        # a model refuses a knob it does not use. model.gpus=n uses it (the workers claim batches).
+        if not self.ctx.cuda and int(m.gpus) == 1 and int(m.batch_size) != 0:
+            raise ConfigError(f"{knob(cfg, 'batch_size')}={int(m.batch_size)} is not used by model=sparse_dnn on "
+                              f"the CPU backend: the SciPy reference classifies all images in one pass; leave it out "
+                              f"(or add model.gpus=2: worker processes claim batches of it)")
+        # RadiX-Net inputs from MNIST, or dataset.fallback's stand-in when MNIST is not in data_dir (one
+        # line, as for model=bcm_cnn); the choice goes into cfg, which model.gpus' workers load from
+        if d.format == "radixnet" and str(d.inputs) == "mnist":
+            d.inputs = fallback(cfg, "mnist", self.ctx.notice, f"{d.name} takes {{}} inputs")
         self.select()
         self.workers = None                     # None: in-process (model.gpus=1)
         if int(m.gpus) != 1:
@@ -193,11 +185,10 @@ class SparseDnnModel(SelectsVariants):
             cats, med, iqr, info = self._run_multi(net, name)
             tr_ms = cp_ms = float("nan")
         elif name == "cpu":
-            (cats, rows), first = _once(
-                lambda: ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut)))
-            med, iqr = (first, 0.0) if repeats <= 1 else self._time(
-                lambda: ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut)),
-                repeats - 1, 0)
+            def infer():
+                return ref.infer_parallel(net.Y0, net.layers, net.bias, net.ymax, bool(m.saturation_shortcut))
+            (cats, rows), first = _once(infer)
+            med, iqr = (first, 0.0) if repeats <= 1 else self._time(infer, repeats - 1, 0)
             info, tr_ms, cp_ms = {"deterministic": "yes (exact)"}, float("nan"), med * 1e3
         else:
             from pipeline.models.sparse_dnn import gpu
@@ -377,9 +368,7 @@ class SparseDnnModel(SelectsVariants):
         main = self.ours[0]
         for r in self.rows:
             tag = f"{r['N']}x{r['L']}"
-            rep.metrics[f"summary/{tag}/{r['variant']}/rate_geps"] = r["rate_geps"]
-            rep.metrics[f"summary/{tag}/{r['variant']}/median_ms"] = r["median_ms"]
-            for k in ("live_gups", "pct_peak"):
+            for k in ("rate_geps", "median_ms", "live_gups", "pct_peak"):
                 if k in r:
                     rep.metrics[f"summary/{tag}/{r['variant']}/{k}"] = r[k]
             rep.metrics[f"summary/{tag}/{r['variant']}/exact_outside_ambiguous"] = float(r["ok"])

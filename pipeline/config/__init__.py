@@ -160,10 +160,8 @@ def register_core() -> None:
 
 
 def store_kernel_options() -> None:
-    """The options of the ``kernel`` group: one per variant name of any model's registry, made
-    here from the registries (``kernel=<variant>`` is the one variant under test, the shorthand
-    for ``model.variants=[<variant>]``). Only each model's default is a file:
-    ``conf/kernel/<model>_default.yaml``."""
+    """The ``kernel`` group's options: one per variant name of any model's registry (only each
+    model's default is a file: ``conf/kernel/<model>_default.yaml``)."""
     cs = ConfigStore.instance()
     for reg in registries.all_registries():
         for name in reg.variants:
@@ -177,17 +175,13 @@ def store(group: str, name: str, node: Any) -> None:
 def first(*values: Any) -> Any:
     """Resolver ``${first:a,b,...}``: the first argument that is not null (a model's default for a
     common knob: ``${first:${batch_size},1024}``)."""
-    for v in values:
-        if v is not None:
-            return v
-    return None
+    return next((v for v in values if v is not None), None)
 
 
 def variants_help() -> str:
     """One line per model: its variants (ours, then baselines) by backend; for ``--help``."""
     lines = []
     for reg in registries.all_registries():
-        model = reg.model
         parts = []
         for backend in ("cuda", "cpu"):
             ours = reg.names(backend, "ours")
@@ -195,7 +189,7 @@ def variants_help() -> str:
             if ours or base:
                 parts.append(f"{'GPU' if backend == 'cuda' else 'CPU'}: {', '.join(ours)}"
                              + (f" | baselines {', '.join(base)}" if base else ""))
-        lines.append(f"  {model:<13} {'; '.join(parts)}")
+        lines.append(f"  {reg.model:<13} {'; '.join(parts)}")
     return "\n".join(lines)
 
 
@@ -281,35 +275,26 @@ def unknown_key_message(full_key: str, known: List[str]) -> str:
 def schema_class(name: str):
     """The schema dataclass named ``name``: one registered in the ConfigStore, or the type of a field
     of one (a nested schema such as ``model.warp``'s)."""
-    cs = ConfigStore.instance()
-
-    def nested(t, seen):
-        if t.__name__ == name:
-            return t
-        seen.add(t)
-        for f in dataclasses.fields(t):
-            ft = f.type if isinstance(f.type, type) else None
-            if ft is None:
-                default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-                ft = type(default) if dataclasses.is_dataclass(default) else None
-            if ft is not None and dataclasses.is_dataclass(ft) and ft not in seen:
-                r = nested(ft, seen)
-                if r is not None:
-                    return r
-        return None
-
-    def walk(d):
+    def stored(d):                      # the types of the ConfigStore's nodes
         for v in d.values():
             if isinstance(v, dict):
-                r = walk(v)
-            else:
-                node = getattr(v, "node", None)
-                t = OmegaConf.get_type(node) if node is not None else None
-                r = nested(t, set()) if t is not None and dataclasses.is_dataclass(t) else None
-            if r is not None:
-                return r
-        return None
-    return walk(cs.repo)
+                yield from stored(v)
+            elif getattr(v, "node", None) is not None:
+                yield OmegaConf.get_type(v.node)
+
+    def schemas(t, seen):               # t and the schemas of its fields, depth first
+        if t is None or not dataclasses.is_dataclass(t) or t in seen:
+            return
+        seen.add(t)
+        yield t
+        for f in dataclasses.fields(t):
+            if isinstance(f.type, type):
+                yield from schemas(f.type, seen)
+            else:                       # a string annotation: the type of the default
+                yield from schemas(type(f.default_factory() if f.default_factory is not dataclasses.MISSING
+                                        else f.default), seen)
+    return next((t for root in stored(ConfigStore.instance().repo) for t in schemas(root, set())
+                 if t.__name__ == name), None)
 
 
 def check_keys(cfg: DictConfig, node: Any = None, prefix: str = "") -> None:

@@ -49,10 +49,7 @@ def read_bin(path: Path) -> Tuple[np.ndarray, np.ndarray]:
 
 def decode(path: Path) -> Tuple[np.ndarray, np.ndarray]:
     """(images uint8 (N, 32, 32, 3), labels uint8 (N,)) decoded from one packed .npz file."""
-    try:
-        from PIL import Image
-    except ImportError as e:   # pragma: no cover - Pillow is a dependency of matplotlib
-        raise DataError(f"{path}: decoding CIFAR-10 JPEGs needs Pillow (pip install pillow)") from e
+    from PIL import Image
     if not zipfile.is_zipfile(path):     # truncated, a .npy or pickle renamed, not a pack at all
         raise DataError(f"{path}: not an .npz (zip) archive: damaged or not a CIFAR-10 JPEG pack; see the CIFAR-10 "
                         f"SOURCE.md for the two .npz files, or fetch the official archive with: {FETCH}")

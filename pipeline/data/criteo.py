@@ -13,7 +13,6 @@ import scipy.sparse as sp
 
 from pipeline.data import ctr
 
-N_INT, N_CAT = 13, 26
 N_FEATURES = ctr.N_FEATURES
 int_bin = ctr.log_squared
 

@@ -17,6 +17,7 @@ import dataclasses
 import gzip
 import io
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -108,8 +109,7 @@ def layout_of(dataset: Any) -> Layout:
                           f"click-log reader")
     v = dict(PRESETS[fmt])
     over = _get(dataset, "layout")
-    for key in ("sep", "header", "columns", "label", "numeric", "transform", "categorical", "ignore",
-                "derived", "quote"):
+    for key in v.keys() - {"source"}:
         x = _get(over, key)
         if x is not None:
             v[key] = x
@@ -158,24 +158,21 @@ def layout_of(dataset: Any) -> Layout:
 
 def describe(names: Sequence[str], limit: int = 240) -> str:
     """Column names with runs like I1, I2, .., I13 written I1..I13 (cut after ``limit`` characters)."""
+    def split(name: str) -> Tuple[str, Optional[int]]:      # ("I", 13) for I13
+        m = re.fullmatch(r"(.*\D)(\d+)", name)
+        return (m[1], int(m[2])) if m else (name, None)
+
     out: List[str] = []
     i = 0
     while i < len(names):
-        pre, num = _split_num(names[i])
+        pre, num = split(names[i])
         j = i
-        while num is not None and j + 1 < len(names) and _split_num(names[j + 1]) == (pre, num + (j + 1 - i)):
+        while num is not None and j + 1 < len(names) and split(names[j + 1]) == (pre, num + (j + 1 - i)):
             j += 1
         out.append(f"{names[i]}..{names[j]}" if j > i + 1 else ", ".join(names[i:j + 1]))
         i = j + 1
     text = ", ".join(out)
     return text if len(text) <= limit else repr(text[:limit]) + "..."
-
-
-def _split_num(name: str) -> Tuple[str, Optional[int]]:
-    k = len(name)
-    while k > 0 and name[k - 1].isdigit():
-        k -= 1
-    return (name[:k], int(name[k:])) if k < len(name) and k > 0 else (name, None)
 
 
 class Plan:
@@ -228,16 +225,6 @@ class Plan:
 
 # ------------------------------------------------------------------------------------- reading
 
-def _open(path: Path):
-    """(binary file, text stream): gzip by its magic bytes, UTF-8 (bad bytes replaced), universal
-    newlines."""
-    raw = open(path, "rb")
-    gz = raw.read(2) == b"\x1f\x8b"
-    raw.seek(0)
-    stream = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
-    return raw, io.TextIOWrapper(stream, encoding="utf-8", errors="replace")
-
-
 def _splitter(lay: Layout) -> Callable[[str], List[str]]:
     sep, quote = lay.sep, lay.quote
     if not quote:
@@ -265,7 +252,7 @@ class _Chunks:
 
     def __init__(self, lay: Layout, plan: Plan, n_features: int, path: Path):
         from sklearn.feature_extraction import FeatureHasher
-        self.lay, self.plan, self.path = lay, plan, path
+        self.plan, self.path = plan, path
         self.hasher = FeatureHasher(n_features=n_features, input_type="string", alternate_sign=False,
                                     dtype=np.float32)
         self.indices: List[np.ndarray] = []
@@ -290,13 +277,8 @@ class _Chunks:
             return int(np.flatnonzero(np.isin(codes, bad))[0])
 
         codes, uniq = fac(plan.label)
-        lab = np.zeros(len(uniq), np.float32)
-        bad = []
-        for k, u in enumerate(uniq):
-            if u == "1":
-                lab[k] = 1.0
-            elif u != "0":
-                bad.append(k)
+        lab = np.array([u == "1" for u in uniq], np.float32)
+        bad = [k for k, u in enumerate(uniq) if u not in ("0", "1")]
         if bad:
             r = first_row(codes, bad)
             errors.append((r, -1, f"label {cols[plan.label][r]!r} is not 0 or 1"))
@@ -304,43 +286,35 @@ class _Chunks:
 
         tokens: List[str] = []
         parts: List[Tuple[int, np.ndarray]] = []       # (offset into tokens, codes) per feature column
-        for j in plan.numeric:
-            codes, uniq = fac(j)
-            name, bad = names[j], []
-            parts.append((len(tokens), codes))
-            for k, u in enumerate(uniq):
-                if u == "":
-                    tokens.append(f"{name}=")          # missing is a value of its own
-                    continue
-                try:
-                    tokens.append(f"{name}={self.transform(int(u))}")
-                except ValueError:
-                    tokens.append("")
-                    bad.append(k)
-            if bad:
-                r = first_row(codes, bad)
-                errors.append((r, j, f"integer field {name} is {cols[j][r]!r}, not an integer"))
-        for j in plan.categorical:
-            codes, uniq = fac(j)
-            parts.append((len(tokens), codes))
-            name = names[j]
-            tokens.extend(f"{name}={u}" for u in uniq)
-        for d, j in plan.derived:
+
+        def feature(j: int, token: Callable[[str], str], why: Callable[[str], str] = str) -> None:
+            """The token of each distinct value of column ``j``; ``token`` raises ValueError for a bad one."""
             codes, uniq = fac(j)
             parts.append((len(tokens), codes))
             bad = []
             for k, u in enumerate(uniq):
                 try:
-                    t = datetime.strptime(u, d.time_format)
+                    tokens.append(token(u))
                 except ValueError:
                     tokens.append("")
                     bad.append(k)
-                    continue
-                tokens.append(f"{d.name}={t.hour if d.kind == 'hour_of_day' else t.weekday()}")
             if bad:
                 r = first_row(codes, bad)
-                errors.append((r, j, f"column {names[j]} is {cols[j][r]!r}, not a time in the format "
-                                     f"{d.time_format} (dataset.layout.derived: {d.name})"))
+                errors.append((r, j, why(cols[j][r])))
+
+        for j in plan.numeric:                         # missing is a value of its own
+            name = names[j]
+            feature(j, lambda u: f"{name}={self.transform(int(u)) if u else ''}",
+                    lambda v: f"integer field {name} is {v!r}, not an integer")
+        for j in plan.categorical:
+            name = names[j]
+            feature(j, lambda u: f"{name}={u}")
+        for d, j in plan.derived:
+            def when(u: str) -> str:
+                t = datetime.strptime(u, d.time_format)
+                return f"{d.name}={t.hour if d.kind == 'hour_of_day' else t.weekday()}"
+            feature(j, when, lambda v: f"column {names[j]} is {v!r}, not a time in the format "
+                                       f"{d.time_format} (dataset.layout.derived: {d.name})")
         if errors:
             r, _, msg = min(errors, key=lambda e: (e[0], e[1]))
             raise DataError(f"{self.path}:{lines[r]}: {msg}")
@@ -357,15 +331,20 @@ class _Chunks:
         self.labels.append(y)
 
     def result(self, n_features: int):
-        import scipy.sparse as sp
         counts = np.concatenate(self.counts) if self.counts else np.zeros(0, np.int64)
         indptr = np.zeros(len(counts) + 1, np.int64)
         np.cumsum(counts, out=indptr[1:])
         indices = np.concatenate(self.indices) if self.indices else np.zeros(0, np.int32)
-        X = sp.csr_matrix((np.ones(len(indices), np.float32), indices, indptr), shape=(len(counts), n_features))
-        X.has_sorted_indices = True
         y = np.concatenate(self.labels) if self.labels else np.zeros(0, np.float32)
-        return X, y.astype(np.float32, copy=False)
+        return _ones(indices, indptr, n_features), y.astype(np.float32, copy=False)
+
+
+def _ones(indices: np.ndarray, indptr: np.ndarray, n_features: int):
+    """CSR float32 of ones at sorted ``indices``."""
+    import scipy.sparse as sp
+    X = sp.csr_matrix((np.ones(len(indices), np.float32), indices, indptr), shape=(len(indptr) - 1, n_features))
+    X.has_sorted_indices = True
+    return X
 
 
 def read(path, lay: Layout, n_features: int = N_FEATURES, rows: int = 0, progress: bool = False):
@@ -384,7 +363,10 @@ def read(path, lay: Layout, n_features: int = N_FEATURES, rows: int = 0, progres
         import sys
         from tqdm.auto import tqdm
         bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"read {path.name}", leave=False, file=sys.stderr)
-    raw, f = _open(path)
+    raw = open(path, "rb")              # its position drives the progress bar
+    gz = raw.read(2) == b"\x1f\x8b"
+    raw.seek(0)
+    f = io.TextIOWrapper(gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw, encoding="utf-8", errors="replace")
     buf: List[List[str]] = []
     lines: List[int] = []
     n = 0
@@ -412,16 +394,15 @@ def read(path, lay: Layout, n_features: int = N_FEATURES, rows: int = 0, progres
                         bar.update(raw.tell() - bar.n)
                     if n == rows:
                         break
-            chunks_ = chunks
-            if chunks_ is None:
+            if chunks is None:
                 raise DataError(f"{path}: empty file, expected a header line (dataset.layout.header=true)")
-            chunks_.add(buf, lines)
+            chunks.add(buf, lines)
     except READ_ERRORS as e:
         raise DataError(f"{path}: unreadable ({e})") from None
     finally:
         if bar is not None:
             bar.close()
-    return chunks_.result(n_features)
+    return chunks.result(n_features)
 
 
 def _header_plan(lay: Layout, fields: List[str], path: Path, no: int) -> Plan:
@@ -454,17 +435,9 @@ def locate(cfg, lay: Layout) -> Tuple[Path, Optional[Path]]:
     name = str(d.path or d.name)
     train, val = str(d.train or ""), str(d.val or "")
     roots = [Path(str(cfg.data_dir)), SHIPPED]
-    folder = None
-    for root in roots:
-        p = root / name
-        if p.is_file():
-            folder, train = p.parent, p.name
-            break
-        if p.is_dir():
-            folder = p
-            break
-    if folder is None:
-        folder = roots[0] / name
+    folder = next((r / name for r in roots if (r / name).is_file() or (r / name).is_dir()), roots[0] / name)
+    if folder.is_file():
+        folder, train = folder.parent, folder.name
     ftr = folder / train
     if not train or not ftr.is_file():
         what = train or "the training file"
@@ -516,13 +489,9 @@ def source(cfg):
             return {"indptr": X.indptr.astype(np.int64), "indices": X.indices.astype(np.int32), "y": y}
         if f.stat().st_size <= PARSE_CACHE_BYTES:
             return rows_of(f, rows)
-        import scipy.sparse as sp
         a = cached_arrays(cache_dir, f"ctr-{d.name}", {"v": 1, "file": file_stamp(f), "layout": lay.ident(),
                                                        "features": feats, "rows": rows}, build)
-        X = sp.csr_matrix((np.ones(len(a["indices"]), np.float32), a["indices"], a["indptr"]),
-                          shape=(len(a["y"]), feats))
-        X.has_sorted_indices = True
-        return X, a["y"]
+        return _ones(a["indices"], a["indptr"], feats), a["y"]
 
     def load():
         Xtr, ytr = parsed(ftr, limit)

@@ -29,12 +29,10 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from pipeline.errors import DataError
 from pipeline.root import DATA_DIR
-
-PROJECT_DATA = DATA_DIR
 
 
 @dataclass(frozen=True)
@@ -71,10 +69,6 @@ SOURCES: Dict[str, Source] = {
 }
 
 
-def default_data_dir() -> Path:
-    return Path(os.environ.get("PIPELINE_DATA_DIR") or PROJECT_DATA)
-
-
 def md5sum(path: Path) -> str:
     h = hashlib.md5()
     with open(path, "rb") as f:
@@ -83,15 +77,11 @@ def md5sum(path: Path) -> str:
     return h.hexdigest()
 
 
-def _urls(remote: Remote, mirror: Optional[str]) -> List[str]:
-    return [mirror.rstrip("/") + "/" + remote.name] if mirror else list(remote.urls)
-
-
 def download(remote: Remote, dest: Path, mirror: Optional[str] = None, echo=print) -> Path:
     """``remote`` into ``dest`` (a file path), checked against its md5; a DataError naming the file,
     the checksums and the URL when it does not match (the file is removed then)."""
     errors = []
-    for url in _urls(remote, mirror):
+    for url in [mirror.rstrip("/") + "/" + remote.name] if mirror else remote.urls:
         echo(f"  {url}")
         tmp = dest.with_name(dest.name + ".part")
         try:
@@ -129,11 +119,10 @@ def _unpack_cifar(archive: Path, out: Path) -> None:
                 src = tar.extractfile(members[n])
                 with open(tmp / n, "wb") as f:
                     shutil.copyfileobj(src, f, 1 << 20)
-    except (tarfile.TarError, EOFError, OSError) as e:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise DataError(f"{archive.name}: not a readable .tar.gz ({e})") from e
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, (tarfile.TarError, EOFError, OSError)):
+            raise DataError(f"{archive.name}: not a readable .tar.gz ({e})") from e
         raise
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
@@ -189,7 +178,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "default: $PIPELINE_DATA_MIRROR, else the official sites")
     ap.add_argument("--force", action="store_true", help="fetch again even when the data is there")
     args = ap.parse_args(argv)
-    data_dir = (args.data_dir or default_data_dir()).expanduser().resolve()
+    data_dir = (args.data_dir or Path(os.environ.get("PIPELINE_DATA_DIR") or DATA_DIR)).expanduser().resolve()
     try:
         for name in dict.fromkeys(args.datasets):
             fetch(name, data_dir, args.mirror, args.force)

@@ -59,7 +59,8 @@ class Network:
         return self.Y0.shape[0]
 
     def edges(self) -> int:
-        return int(sum(w.nnz for w in self.layers))
+        lazy = getattr(self.layers, "edges", None)     # a lazy radixnet.Layers counts without generating
+        return int(lazy if lazy is not None else sum(w.nnz for w in self.layers))
 
 
 # ------------------------------------------------------------------------------ TSV parsing
@@ -95,30 +96,20 @@ def read_table(path, ncols: int, kinds: str) -> np.ndarray:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read ({e})") from e
-    lines = text.splitlines()
-    while lines and not lines[-1].strip():
-        lines.pop()
+    lines = text.rstrip().splitlines()
     if not lines:
         raise DataError(f"{path}:1: the file is empty; expected {ncols} fields per line ({kinds})")
     try:
-        flat = np.array(text.split(), dtype=np.float64)
-        ok = flat.size == len(lines) * ncols and re.search(r"\n\s*\n", text.rstrip()) is None
-    except ValueError:
-        ok = False
-    if ok:
-        tab = flat.reshape(len(lines), ncols)
-        # a line with too many fields plus one with too few can keep the total right: check per line
-        counts = np.fromiter((len(l.split()) for l in lines), dtype=np.int64, count=len(lines)) \
-            if len(lines) < 2_000_000 else None
-        if counts is not None and not np.all(counts == ncols):
-            raise _bad_line(path, lines, ncols, kinds)
-        if not np.all(np.isfinite(tab)):
-            raise _bad_line(path, lines, ncols, kinds)
-        idx = tab[:, : min(2, ncols)]
-        if not np.all(idx == np.floor(idx)) or np.any(np.abs(tab[:, 2:]) > F32_MAX):
-            raise _bad_line(path, lines, ncols, kinds)
-        return tab
-    raise _bad_line(path, lines, ncols, kinds)
+        tab = np.array(text.split(), dtype=np.float64).reshape(len(lines), ncols)
+    except ValueError:               # a field that is not a number, or too many or too few
+        raise _bad_line(path, lines, ncols, kinds) from None
+    # a line with too many fields plus one with too few keep the total right: checked per line
+    # (below 2M lines), as are blank lines, indices and values
+    if re.search(r"\n\s*\n", text.rstrip()) or not np.all(np.isfinite(tab)) \
+            or not np.all(tab[:, :2] == np.floor(tab[:, :2])) or np.any(np.abs(tab[:, 2:]) > F32_MAX) \
+            or (len(lines) < 2_000_000 and any(len(line.split()) != ncols for line in lines)):
+        raise _bad_line(path, lines, ncols, kinds)
+    return tab
 
 
 def _index(v: float) -> str:
@@ -235,28 +226,22 @@ def load_tsv(folder, N: int, L: int, images: int = 0, bias: Optional[float] = No
         raise DataError(f"{missing[0]}: missing weight layer ({len(missing)} of {L} missing); "
                         f"dataset.layers={L} needs n{N}-l1..{L}.tsv")
 
-    def cached(name, path, build):
-        if not cache_dir:
-            return build()
-        return cached_arrays(cache_dir, f"hpec-{name}", {"v": CACHE_VERSION, "file": file_stamp(path)}, build)
+    def cached(name: str, path: Path, read, square: bool) -> sp.csr_matrix:
+        """``read(path, N)`` through the cache (the shape is stored unless N x N)."""
+        def build():
+            M = read(path, N)
+            return {"indptr": M.indptr, "indices": M.indices, "data": M.data,
+                    **({} if square else {"shape": np.array(M.shape)})}
+        a = cached_arrays(cache_dir, f"hpec-{name}", {"v": CACHE_VERSION, "file": file_stamp(path)},
+                          build) if cache_dir else build()
+        return sp.csr_matrix((a["data"], a["indices"], a["indptr"]), shape=(N, N) if square else tuple(a["shape"]))
 
-    layers = []
-    it = progress(files, desc="weights") if progress else files
-    for f in it:
-        def build(f=f):
-            W = read_layer_tsv(f, N)
-            return {"indptr": W.indptr, "indices": W.indices, "data": W.data}
-        a = cached(f"n{N}-layer", f, build)
-        layers.append(sp.csr_matrix((a["data"], a["indices"], a["indptr"]), shape=(N, N)))
+    layers = [cached(f"n{N}-layer", f, read_layer_tsv, True)
+              for f in (progress(files, desc="weights") if progress else files)]
     img = folder / f"sparse-images-{N}.tsv"
     if not img.is_file():
         raise DataError(f"{img}: missing input file (sparse-images-{N}.tsv)")
-
-    def build_img():
-        Y = read_images_tsv(img, N)
-        return {"indptr": Y.indptr, "indices": Y.indices, "data": Y.data, "shape": np.array(Y.shape)}
-    a = cached(f"images{N}", img, build_img)
-    Y0 = sp.csr_matrix((a["data"], a["indices"], a["indptr"]), shape=tuple(a["shape"]))
+    Y0 = cached(f"images{N}", img, read_images_tsv, False)
     n_all = Y0.shape[0]
     if images:
         if images > n_all and strict:

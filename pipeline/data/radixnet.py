@@ -84,44 +84,32 @@ def layer_nbytes(N: int) -> int:
     return 2 * FAN * N * 8 + (N + 1) * 4
 
 
-def default_workers() -> int:
-    return max(1, min(16, os.cpu_count() or 1))
-
-
 def parallel_map(fn: Callable[[int], object], n: int, workers: int = 0, progress=None, desc: str = "",
                  window: int = 0) -> Iterator[object]:
     """``fn(0), fn(1), ...`` in order, computed ``workers`` at a time on threads (numpy and SciPy
     release the GIL in their large operations), at most ``window`` (default 2 x workers) results
     ahead of the consumer, so memory stays bounded. ``progress`` (tqdm-like) shows the count."""
-    workers = workers or default_workers()
-    bar = progress(range(n), desc=desc, total=n) if progress else None
-    if workers <= 1 or n <= 1:
-        try:
-            for k in range(n):
-                yield fn(k)
-                if bar is not None:
-                    bar.update(1)
-        finally:
-            if bar is not None:
-                bar.close()
-        return
     from concurrent.futures import ThreadPoolExecutor
+    workers = workers or max(1, min(16, os.cpu_count() or 1))
     window = window or 2 * workers
-    ex = ThreadPoolExecutor(workers)
+    bar = progress(range(n), desc=desc, total=n) if progress else None
+    ex = ThreadPoolExecutor(workers) if workers > 1 and n > 1 else None
     futs: Deque = deque()
     try:
-        nxt = 0
         for k in range(n):
-            while nxt < n and nxt < k + window:
-                futs.append(ex.submit(fn, nxt))
-                nxt += 1
-            yield futs.popleft().result()
+            if ex is None:
+                yield fn(k)
+            else:
+                while k + len(futs) < min(n, k + window):
+                    futs.append(ex.submit(fn, k + len(futs)))
+                yield futs.popleft().result()
             if bar is not None:
                 bar.update(1)
     finally:
         for f in futs:
             f.cancel()
-        ex.shutdown(wait=True)
+        if ex is not None:
+            ex.shutdown(wait=True)
         if bar is not None:
             bar.close()
 
@@ -213,14 +201,6 @@ def max_nnz(layers) -> int:
     return layers.max_nnz if isinstance(layers, Layers) else max(w.nnz for w in layers)
 
 
-class RadixNetwork(Network):
-    """A :class:`Network` whose layers may be a lazy :class:`Layers`: ``edges`` without generating."""
-
-    def edges(self) -> int:
-        if isinstance(self.layers, Layers):
-            return self.layers.edges
-        return super().edges()
-
 # ------------------------------------------------------------------------------ inputs
 
 def _resize(images: np.ndarray, side: int) -> np.ndarray:
@@ -246,10 +226,7 @@ def mnist_inputs(images: np.ndarray, N: int, n: int, chunk: int = 1000, progress
     """CSR arrays (indptr, indices, data, shape, threshold) of ``n`` binarized resized images,
     built in chunks of ``chunk`` images on ``workers`` threads (PIL and numpy release the GIL;
     N = 65536: ~0.45 s per 1000 images on one core)."""
-    if n > images.shape[0]:
-        reps = -(-n // images.shape[0])
-        images = np.concatenate([images] * reps)
-    images = images[:n]
+    images = np.resize(images, (n,) + images.shape[1:])      # repeated when n is more than there are
     side = int(round(math.sqrt(N)))
     if side * side != N:
         raise ValueError(f"N={N} is not a square")
@@ -300,6 +277,6 @@ def make_network(N: int, L: int, Y0: sp.csr_matrix, seed: int = 0, bias: Optiona
     keep_bytes = KEEP_BYTES if keep_bytes is None else keep_bytes
     lazy = layer_nbytes(N) * L > keep_bytes
     layers = Layers(N, L, seed) if lazy else network_layers(N, L, seed, progress, workers)
-    return RadixNetwork(name=name or f"radixnet-{N}-l{L}", N=N, bias=BIAS[N] if bias is None else bias, ymax=ymax,
-                        layers=layers, Y0=Y0, golden=None,
-                        meta={"generator": "radixnet", "seed": seed, "lazy_layers": lazy})
+    return Network(name=name or f"radixnet-{N}-l{L}", N=N, bias=BIAS[N] if bias is None else bias, ymax=ymax,
+                   layers=layers, Y0=Y0, golden=None,
+                   meta={"generator": "radixnet", "seed": seed, "lazy_layers": lazy})

@@ -21,11 +21,6 @@ from pipeline.errors import DataError
 ID_MAX = 2 ** 31 - 1            # scikit-learn stores feature ids as int32
 
 
-def _open(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8", errors="replace") if path.suffix == ".gz" \
-        else open(path, "r", encoding="utf-8", errors="replace")
-
-
 def _line_problem(line: str, n_features: Optional[int]) -> Optional[str]:
     """Why this line is not valid svmlight (None when it is)."""
     body = line.split("#", 1)[0].strip()
@@ -69,22 +64,16 @@ def _line_problem(line: str, n_features: Optional[int]) -> Optional[str]:
     return None
 
 
-def find_bad_line(path: Path, n_features: Optional[int]) -> Optional[Tuple[int, str]]:
-    with _open(path) as f:
-        for no, line in enumerate(f, 1):
-            why = _line_problem(line, n_features)
-            if why:
-                return no, why
-    return None
-
-
 def _fail(path: Path, n_features: Optional[int], fallback: str):
+    """DataError at the first bad line (``fallback`` when no line is)."""
     try:
-        bad = find_bad_line(path, n_features)
+        with (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8", errors="replace") as f:
+            for no, line in enumerate(f, 1):
+                why = _line_problem(line, n_features)
+                if why:
+                    raise DataError(f"{path}:{no}: {why}; fix or remove that line")
     except READ_ERRORS as e:     # a truncated or corrupt gzip stream
         raise DataError(f"{path}: cannot be read ({type(e).__name__}: {e}); restore the file") from None
-    if bad:
-        raise DataError(f"{path}:{bad[0]}: {bad[1]}; fix or remove that line")
     raise DataError(f"{path}: {fallback}")
 
 
@@ -104,14 +93,10 @@ def load(path, n_features: Optional[int] = None) -> Tuple[sp.csr_matrix, np.ndar
     if X.nnz and not np.all(np.isfinite(X.data)):
         _fail(path, n_features, "contains NaN or infinite values")
     labels = set(np.unique(y).tolist())
-    if labels <= {0.0, 1.0}:
-        y01 = y
-    elif labels <= {-1.0, 1.0}:
-        y01 = (y > 0)
-    else:
+    if not (labels <= {0.0, 1.0} or labels <= {-1.0, 1.0}):
         _fail(path, n_features, f"labels {sorted(labels)[:5]} are outside {{0,1}} and {{-1,+1}}")
     if n_features is None and X.shape[1] == 0:
         X = sp.csr_matrix((X.shape[0], 1), dtype=np.float32)
     X = sp.csr_matrix(X, dtype=np.float32)
     X.sort_indices()
-    return X, np.asarray(y01, dtype=np.float32)
+    return X, (y > 0).astype(np.float32)

@@ -50,7 +50,6 @@ class XCSplit:
         return int(self.X.shape[0])
 
     def stats(self) -> Dict[str, float]:
-        """Rows, average nonzeros and labels per row, rows without labels."""
         n = max(self.n, 1)
         return {"rows": self.n, "nnz_per_row": self.X.nnz / n, "labels_per_row": self.Y.nnz / n,
                 "rows_without_labels": int(np.count_nonzero(np.diff(self.Y.indptr) == 0)),
@@ -82,12 +81,6 @@ _CLASS[ord(":")] = _COLON
 _CLASS[ord("\n")] = _NL
 _FAST_LEN = 24                  # longer tokens take the exact slow path (Python's float/int)
 _POW10 = 10.0 ** np.arange(23)  # exactly representable powers of ten
-
-
-def _open(path: Path) -> BinaryIO:
-    with open(path, "rb") as f:
-        magic = f.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
 
 
 def _blocks(f: BinaryIO, first: bytes, size: int) -> Iterator[bytes]:
@@ -397,7 +390,9 @@ def read_xc(path, block_bytes: int = BLOCK_BYTES) -> Tuple[XCSplit, int, int]:
     if not path.is_file():
         raise DataError(f"{path}: no such file (Extreme Classification Repository text file expected)")
     parts: List[Tuple[np.ndarray, ...]] = []
-    with _open(path) as f:
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    with (gzip.open if gz else open)(path, "rb") as f:
         try:
             head = f.read(max(block_bytes, 1 << 16))
         except READ_ERRORS as e:
@@ -485,10 +480,8 @@ def split_from_arrays(a: Dict[str, np.ndarray], F: int, L: int, prefix: str = ""
 def read_xc_cached(path, cache_dir: Optional[str]) -> Tuple[XCSplit, int, int]:
     """:func:`read_xc` through the cache, keyed by the file's path, size and mtime."""
     path = Path(path)
-    if not cache_dir:
-        return read_xc(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file (Extreme Classification Repository text file expected)")
+    if not cache_dir or not path.is_file():
+        return read_xc(path)         # which says what is wrong with a missing file
 
     def build():
         s, F, L = read_xc(path)

@@ -36,14 +36,6 @@ def _real_folder(dcfg, data_dir: str, explicit: bool) -> Optional[Path]:
     return folder
 
 
-def _check_declared(path: Path, dcfg, F: int, L: int) -> None:
-    for key, got in (("features", F), ("labels", L)):
-        want = int(dcfg.get(key, 0) or 0)
-        if want and want != got:
-            raise DataError(f"{path}:1: header declares {got} {key} but dataset.{key}={want}; "
-                            f"set dataset.{key}={got} (or 0 to take the header's)")
-
-
 def _read(folder: Path, dcfg, cache_dir: Optional[str], declared: bool = True) -> XCData:
     """Both files of ``folder``; ``declared``: check dataset.features / labels against the header
     (not on size=small, whose preset replaced them with its generated shape)."""
@@ -53,8 +45,11 @@ def _read(folder: Path, dcfg, cache_dir: Optional[str], declared: bool = True) -
     if (F2, L2) != (F, L):
         raise DataError(f"{fte}:1: header declares {F2} features and {L2} labels but {ftr.name} "
                         f"declares {F} and {L}; both files of a dataset must agree")
-    if declared:
-        _check_declared(ftr, dcfg, F, L)
+    for key, got in (("features", F), ("labels", L)):
+        want = int(dcfg.get(key, 0) or 0) if declared else 0
+        if want and want != got:
+            raise DataError(f"{ftr}:1: header declares {got} {key} but dataset.{key}={want}; "
+                            f"set dataset.{key}={got} (or 0 to take the header's)")
     return XCData(str(dcfg.name), train, test, F, L, f"real: {folder}")
 
 

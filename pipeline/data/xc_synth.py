@@ -22,7 +22,7 @@ under ``cache_dir``.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
@@ -100,17 +100,6 @@ class _Structure:
         return self.feat_of_rank[power_law_ranks(rng, n, self.spec.features, self.spec.feature_zipf)]
 
 
-def _unique_counts(keys: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    keys = np.sort(keys)
-    if keys.size == 0:
-        return keys, np.zeros(0, np.int64)
-    head = np.empty(keys.size, bool)
-    head[0] = True
-    np.not_equal(keys[1:], keys[:-1], out=head[1:])
-    starts = np.flatnonzero(head)
-    return keys[starts], np.diff(np.append(starts, keys.size))
-
-
 def _distinct(want: np.ndarray, draw: Callable[[np.ndarray], np.ndarray], width: int,
               first: Optional[Tuple[np.ndarray, np.ndarray]] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Sorted unique keys ``row * width + id`` with their multiplicity: ``want[r]`` distinct ids a
@@ -121,22 +110,14 @@ def _distinct(want: np.ndarray, draw: Callable[[np.ndarray], np.ndarray], width:
     if first is None:
         rows = np.repeat(np.arange(n, dtype=np.int64), want)
         first = (rows, draw(rows))
-    keys, tf = _unique_counts(first[0] * width + first[1])
-    have = np.bincount(keys // width, minlength=n)
+    keys, tf = np.unique(first[0] * width + first[1], return_counts=True)
     for _ in range(TOPUP_ROUNDS):
-        short = np.maximum(want - have, 0)
+        short = np.maximum(want - np.bincount(keys // width, minlength=n), 0)
         if not short.any():
             break
         rows = np.repeat(np.arange(n, dtype=np.int64), short)
-        ek, ec = _unique_counts(rows * width + draw(rows))
-        pos = np.searchsorted(keys, ek)
-        found = pos < keys.size
-        found[found] = keys[pos[found]] == ek[found]
-        tf[pos[found]] += ec[found]
-        new = ~found
-        keys = np.insert(keys, pos[new], ek[new])
-        tf = np.insert(tf, pos[new], ec[new])
-        have += np.bincount(ek[new] // width, minlength=n)
+        keys, at = np.unique(np.concatenate([keys, rows * width + draw(rows)]), return_inverse=True)
+        tf = np.bincount(at, weights=np.concatenate([tf, np.ones(rows.size)]), minlength=keys.size)
     return keys, tf.astype(np.float64)
 
 
@@ -220,13 +201,8 @@ def generate(spec: Spec, seed: int, train_rows: Optional[int] = None, test_rows:
 def spec_from_cfg(dcfg) -> Tuple[Spec, int, int, str]:
     """(spec, train rows, test rows, the scale when not 1) of a dataset config (on size=small with
     its ``dataset.small`` preset applied)."""
-    g = lambda k, d=None: dcfg.get(k, d)       # noqa: E731
-    spec = Spec(features=int(g("features")), labels=int(g("labels")), train_rows=int(g("train_rows")),
-                test_rows=int(g("test_rows")), nnz_per_row=float(g("nnz_per_row")),
-                labels_per_row=float(g("labels_per_row")), zipf=float(g("zipf")),
-                feature_zipf=float(g("feature_zipf", 1.0)), prototypes=int(g("prototypes", 12)),
-                signal=float(g("signal", 0.5)), empty_rows=float(g("empty_rows", 0.002)))
-    scale = float(g("scale", 1.0))
+    spec = Spec(**{f.name: (int if f.type == "int" else float)(dcfg.get(f.name, f.default)) for f in fields(Spec)})
+    scale = float(dcfg.get("scale", 1.0))
     tr = max(1, int(round(spec.train_rows * scale)))
     te = max(1, int(round(spec.test_rows * scale)))
     return spec, tr, te, (f"scale {scale:g}" if scale != 1.0 else "")

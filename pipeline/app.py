@@ -101,7 +101,7 @@ def one_line(e: BaseException) -> str:
         (" " + ", ".join(options) if options else "")
 
 
-def _terminated(signum, frame):
+def _terminated(signum, _frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -131,26 +131,20 @@ def main() -> None:
                 with contextlib.suppress(Exception):
                     end_sweep("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
             raise
-    except PipelineError as e:
-        if full:
-            raise
-        _fail(str(e), e.exit_code)
     except SweepAbort as e:
         _fail(str(e.error), e.error.exit_code)
-    except (HydraException, OmegaConfBaseException) as e:
-        if full:
-            raise
-        _fail(one_line(e), 2)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
-    except MemoryError as e:
-        if full:
-            raise
-        _fail(f"out of host memory ({str(e).strip() or type(e).__name__}): the sizes asked for do not fit; lower "
-              "them (batch_size, the model.* and dataset.* sizes) or use size=small", 2)
     except Exception as e:
         if full:
             raise
+        if isinstance(e, PipelineError):
+            _fail(str(e), e.exit_code)
+        if isinstance(e, (HydraException, OmegaConfBaseException)):
+            _fail(one_line(e), 2)
+        if isinstance(e, MemoryError):
+            _fail(f"out of host memory ({str(e).strip() or type(e).__name__}): the sizes asked for do not fit; "
+                  "lower them (batch_size, the model.* and dataset.* sizes) or use size=small", 2)
         if type(e).__name__ in LAUNCHER_JOB_DIED:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             _fail(f"a job of the sweep died ({type(e).__name__}: {first}); its run is marked FAILED, the runs of "

@@ -226,6 +226,13 @@ def check_small_keys(cfg) -> None:
             require(k in keys, f"{group}.small.{k}", node.small[k], f"a key of {group}={node.name}: {', '.join(keys)}")
 
 
+def preset_key(group: str, small=()) -> Callable[[str], str]:
+    """The name a check gives key ``k`` of ``group`` (model, dataset): ``<group>.small.<k>`` when the
+    size=small preset's keys ``small`` set it (the check then runs on :func:`with_small`), else
+    ``<group>.<k>``."""
+    return lambda k: f"{group}.small.{k}" if k in small else f"{group}.{k}"
+
+
 def with_small(node: DictConfig) -> DictConfig:
     """The model or dataset config with its size=small preset applied (a copy; ``node`` itself when it has none)."""
     return OmegaConf.merge(node, dict(node.small)) if node.get("small") else node

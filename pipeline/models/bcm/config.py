@@ -34,20 +34,24 @@ class BcmConf(ModelConf):
 store("model", "schema_bcm", BcmConf)
 
 
-def check_block_sizes(cfg, lo: int, hi: int, why: str = "") -> None:
+def check_block_sizes(cfg, lo: int, hi: int, why: str = "", small=()):
     """Every block size of a BCM model config (``model.block_sizes``, else ``block_size``) is a power
-    of two in [lo, hi]; shared by model=bcm and model=bcm_cnn."""
+    of two in [lo, hi]; shared by model=bcm and model=bcm_cnn. Named ``model.small.<key>`` when
+    ``small`` (the size=small preset's keys) has the key. Returns (that name, the block sizes)."""
     m = cfg.model
-    key = "model.block_sizes" if list(m.block_sizes) else knob(cfg, "block_size")
-    for k in list(m.block_sizes) or [m.block_size]:
+    name = "block_sizes" if list(m.block_sizes) else "block_size"
+    key = f"model.small.{name}" if name in small else knob(cfg, name)     # block_sizes: model.block_sizes
+    ks = list(m.block_sizes) or [m.block_size]
+    for k in ks:
         require(is_pow2(k), key, k, "a power of two (e.g. 16, 32, 64)")
         require(lo <= k <= hi, key, k, f"between {lo} and {hi}{why}")
+    return key, ks
 
 
 @validator("bcm")
 def _check(cfg) -> None:
     m = cfg.model
-    check_block_sizes(cfg, 4, 256)
+    key, ks = check_block_sizes(cfg, 4, 256)
     require(int(m.batch_size) > 0, knob(cfg, "batch_size"), m.batch_size, "a positive integer")
     shapes = ", ".join(m.shapes)
     require(len(m.layers) > 0, "model.layers", list(m.layers), f"a non-empty list of layers of model.shapes ({shapes})")
@@ -58,6 +62,5 @@ def _check(cfg) -> None:
     check_no_dataset(cfg)
     names = REGISTRY.check(cfg)
     if "tiled" in names:
-        key = "model.block_sizes" if list(m.block_sizes) else knob(cfg, "block_size")
-        for k in list(m.block_sizes) or [m.block_size]:
+        for k in ks:
             require(k <= 64, key, k, "at most 64 for the tiled variant (k' x 16 threads a block)")

@@ -42,8 +42,7 @@ def make_case(layer: str, spec, k: int, batch: int, rng: np.random.Generator) ->
     else:
         reference = lambda: ref.conv_reference(x, w, bias, g, shape)  # noqa: E731
         inputs["conv"] = shape
-    name = f"{layer} k={k}"
-    return Case(name=name, params=params, inputs=inputs, reference=reference)
+    return Case(name=f"{layer} k={k}", params=params, inputs=inputs, reference=reference)
 
 
 # ----------------------------------------------------------------------------- CPU variants
@@ -66,9 +65,8 @@ def _cpu_dense(case: Case, ctx):
         g = i["g"].reshape(s.rows, s.cout) if s else i["g"]
         a = x @ W.T + i["bias"]
         dx = g @ W
-        out = {"a": a.reshape(s.n, s.ho, s.wo, s.cout) if s else a, "dW_dense": g.T @ x,
-               "dx": ref.col2im(dx, s) if s else dx, "db": g.sum(0)}
-        return out
+        return {"a": a.reshape(s.n, s.ho, s.wo, s.cout) if s else a, "dW_dense": g.T @ x,
+                "dx": ref.col2im(dx, s) if s else dx, "db": g.sum(0)}
     return run
 
 

@@ -4,7 +4,7 @@ from typing import List
 
 from omegaconf import OmegaConf
 
-from pipeline.config import DatasetConf, ModelConf, is_pow2, knob, require, store, validator
+from pipeline.config import DatasetConf, ModelConf, knob, require, store, validator
 from pipeline.models.bcm.config import check_block_sizes
 
 DATASETS = ("cifar10", "mnist", "digits")
@@ -53,12 +53,7 @@ def _check_model(cfg, small=()) -> None:
 
     def key(k: str) -> str:
         return f"model.small.{k}" if k in small else knob(cfg, k)
-    if small and {"block_size", "block_sizes"} & set(small):
-        for k in list(m.block_sizes) or [m.block_size]:
-            require(is_pow2(k) and 2 <= k <= 64, key("block_sizes" if "block_sizes" in small else "block_size"), k,
-                    "a power of two between 2 and 64 (the tiled kernel's limit)")
-    else:
-        check_block_sizes(cfg, 2, 64, " (the tiled kernel's limit)")
+    check_block_sizes(cfg, 2, 64, " (the tiled kernel's limit)", small)
     require(cfg.dataset.name in DATASETS, "dataset", cfg.dataset.name, f"one of {', '.join(DATASETS)} for model=bcm_cnn")
     fallback = str(cfg.dataset.get("fallback", "") or "")
     require(fallback in ("",) + DATASETS, "dataset.fallback", fallback, f"'' or one of {', '.join(DATASETS)}")

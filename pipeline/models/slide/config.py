@@ -1,10 +1,9 @@
 """Schema and checks for model=slide (SLIDE: LSH-sampled softmax training)."""
-import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Dict, List, Optional
 
 from pipeline.config.xc import check_xc_dataset
-from pipeline.config import ModelConf, is_pow2, require, store, validator, with_small
+from pipeline.config import ModelConf, is_pow2, preset_key, require, store, validator, with_small
 from pipeline.models.slide.variants import (HASHES, HIDDEN_MAX, HIDDEN_STEP, INT32_LIMIT, OPTIMIZERS,
                                             code_bits, gb, table_bytes, table_segments)
 
@@ -83,10 +82,9 @@ def check_tables(K: int, L: int, bin_size: int, n_labels: int, key_K: str = "mod
 
 
 def _check_model(m, small=(), labels: int = 0) -> None:
-    def key(name: str) -> str:
-        return f"model.small.{name}" if name in small else f"model.{name}"
+    key = preset_key("model", small)
 
-    bits = max(1, math.ceil(math.log2(m.bin_size))) if m.bin_size > 0 else 0
+    bits = code_bits(m.bin_size)
     require(m.hidden % HIDDEN_STEP == 0 and HIDDEN_STEP <= m.hidden <= HIDDEN_MAX, key("hidden"), m.hidden,
             f"a multiple of {HIDDEN_STEP} in {HIDDEN_STEP}..{HIDDEN_MAX} (the CUDA kernels' widths; paper: 128)")
     require(m.K >= 1, key("K"), m.K, "a positive number of codes per table")

@@ -4,10 +4,9 @@ from typing import Any, ClassVar, Dict, List
 
 from omegaconf import OmegaConf
 
-from pipeline.config import DatasetConf, ModelConf, knob, require, store, validator, with_small
+from pipeline.config import DatasetConf, ModelConf, knob, preset_key, require, store, validator, with_small
 
 SIZES = (1024, 4096, 16384, 65536)
-DEPTHS = (120, 480, 1920)
 FORMATS = ("npz", "tsv", "radixnet")
 INPUTS = ("mnist", "random")
 
@@ -86,8 +85,7 @@ def _check(cfg) -> None:
 
 
 def _check_dataset(d, small=()) -> None:
-    def key(k: str) -> str:
-        return f"dataset.small.{k}" if k in small else f"dataset.{k}"
+    key = preset_key("dataset", small)
     require(str(d.get("format")) in FORMATS, key("format"), d.get("format"), f"one of {', '.join(FORMATS)}")
     require(int(d.neurons) > 0, key("neurons"), d.neurons, "a positive integer")
     if d.format == "radixnet":

@@ -4,7 +4,7 @@ from typing import ClassVar, Dict, List, Optional
 
 from omegaconf import MISSING
 
-from pipeline.config import DatasetConf, ModelConf, is_pow2, knob, require, store, validator, with_small
+from pipeline.config import DatasetConf, ModelConf, is_pow2, knob, preset_key, require, store, validator, with_small
 from pipeline.data.ctr import FORMATS as CLICK_LOGS, layout_of   # criteo, avazu, csv: the click-log reader
 from pipeline.models.wide.variants import (HOT_CACHE_SMEM_MAX, caches_hot_accumulators, hot_cache_bytes,
                                            resolved_optimizer)
@@ -184,8 +184,7 @@ def _check(cfg) -> None:
 
 
 def _check_dataset(d, small=()) -> None:
-    def key(k: str) -> str:
-        return f"dataset.small.{k}" if k in small else f"dataset.{k}"
+    key = preset_key("dataset", small)
     require(d.format in FORMATS, key("format"), d.format, f"one of {', '.join(FORMATS)} (dataset '{d.name}')")
     require(d.features >= 0, key("features"), d.features, "0 (from the data / the shape) or a positive dimension")
     require(d.rows >= 0, key("rows"), d.rows, "0 (all) or a positive number of rows")

@@ -414,9 +414,9 @@ def test_a_path_given_to_the_generator_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_cpu_preset_that_cuts_the_users_file_says_so(tmp_path):
+def test_a_row_limit_that_cuts_the_users_file_says_so(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pipeline", "model=wide_lr", "backend=cpu", "tracking=off",
-                        "dataset.small.rows=1000", "model.epochs=2", f"hydra.run.dir={tmp_path}/run"], cwd=ROOT,
+                        "dataset.rows=1000", "model.epochs=2", f"hydra.run.dir={tmp_path}/run"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "trains on its first 1000 training rows (dataset.rows=1000; 0 reads them all)" in r.stderr

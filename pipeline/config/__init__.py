@@ -95,7 +95,7 @@ class ModelConf:
     baselines: List[str] = field(default_factory=list)  # timed beside the variants, same run
     tolerance: float = 1e-4                  # max relative error against the float64 reference
     # size=small (the CPU backend's preset, seconds): these model keys replace the others; null: none
-    small: Optional[Dict[str, Any]] = None
+    small: Optional[Dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -104,7 +104,7 @@ class DatasetConf:
     kind: str = "synthetic"                  # synthetic | real
     path: str = ""
     fallback: str = ""                       # a model default's stand-in when this data is absent (one-line notice)
-    small: Optional[Dict[str, Any]] = None   # size=small: these dataset keys replace the others; null: none
+    small: Optional[Dict[str, Any]] = field(default_factory=dict)   # size=small: these dataset keys replace the others; null: none
 
 
 @dataclass

@@ -130,19 +130,18 @@ class SlideModel(TrainingModel):
     def prepare(self) -> None:
         cfg, m, ctx = self.cfg, self.cfg.model, self.ctx
         self.select()
-        self.mcfg = m                # size=small: model.small already applied (pipeline.config.apply_small_preset)
         from pipeline.data import xc_dataset      # a folder the user named is always read (size=small: its first rows)
         self.data = d = xc_dataset.load(cfg.dataset, size=ctx.size, data_dir=cfg.data_dir, cache_dir=cfg.cache_dir,
                                         seed=int(cfg.seed), notice=ctx.notice)
-        too_big = [int(k) for k in self.mcfg.topk if int(k) > d.n_labels]
+        too_big = [int(k) for k in m.topk if int(k) > d.n_labels]
         if too_big:
             raise ConfigError(f"model.topk={too_big[0]} is not allowed: at most the {d.n_labels} labels of dataset "
                               f"{d.name} (P@k over more labels than there are)")
         idx = eval_rows_of(d.test.X.shape[0], int(m.eval_rows), int(cfg.seed))
         self.test = d.test if idx is None else type(d.test)(X=d.test.X[idx], Y=d.test.Y[idx])
-        self.popular = popularity_baseline(d.train.Y, self.test.Y, [int(k) for k in self.mcfg.topk])
+        self.popular = popularity_baseline(d.train.Y, self.test.Y, [int(k) for k in m.topk])
         max_labels = int(np.diff(d.train.Y.indptr).max(initial=0))
-        self.hp = hp = ref.Hyper.from_cfg(self.mcfg, d.n_labels, max_labels)
+        self.hp = hp = ref.Hyper.from_cfg(m, d.n_labels, max_labels)
         self.check_memory()
         auto = m.get("min_active", None) is None
         if hp.min_active >= d.n_labels:
@@ -185,7 +184,8 @@ class SlideModel(TrainingModel):
     # ------------------------------------------------------------------ trainers
 
     def make_trainer(self, name: str) -> VariantTrainer:
-        cfg, m, d, hp = self.cfg, self.mcfg, self.data, self.hp
+        cfg, d, hp = self.cfg, self.data, self.hp
+        m = cfg.model
         F, N = d.n_features, d.n_labels
         if name == "cpu":
             make = None
@@ -202,7 +202,7 @@ class SlideModel(TrainingModel):
                               [int(k) for k in m.topk], int(m.eval_batch), handle, int(m.eval_every))
 
     def execute(self) -> None:
-        m = self.mcfg
+        m = self.cfg.model
         names = self.ours + self.baselines
         n = self.data.train.X.shape[0]
         rows = min(n, int(m.max_steps) * int(m.batch_size)) if int(m.max_steps) > 0 else n
@@ -231,8 +231,8 @@ class SlideModel(TrainingModel):
                 v = h.last(key)
                 if not math.isfinite(v):
                     self.failures.append(f"{name}: {key} = {v} after {h.epochs} epoch(s)")
-        steps = int(self.mcfg.max_steps)
-        whole = steps == 0 or steps * int(self.mcfg.batch_size) >= d.train.X.shape[0]
+        steps = int(self.cfg.model.max_steps)
+        whole = steps == 0 or steps * int(self.cfg.model.batch_size) >= d.train.X.shape[0]
         if "cpu" in self.hist and not whole:
             self.ctx.notice("verify: the P@1-above-chance check of cpu needs whole epochs (model.max_steps=0); skipped")
         elif "cpu" in self.hist:
@@ -257,7 +257,7 @@ class SlideModel(TrainingModel):
         """One GPU step against the NumPy step on the GPU's own active sets (same parameters, hash
         functions, tables, pad offsets). The error is the larger of the first moments' relative
         error (m = (1 - beta1) g after one step: the gradients) and the updated weights' (the step)."""
-        gpu, hp, d, m = self.gpu, self.hp, self.data, self.mcfg
+        gpu, hp, d, m = self.gpu, self.hp, self.data, self.cfg.model
         F, N = d.n_features, d.n_labels
         rng = np.random.Generator(np.random.PCG64(int(self.cfg.seed)))
         p0 = ref.init_params(F, N, hp, rng)
@@ -287,7 +287,7 @@ class SlideModel(TrainingModel):
     # ------------------------------------------------------------------ report
 
     def report(self) -> Report:
-        m, d, hp = self.mcfg, self.data, self.hp
+        m, d, hp = self.cfg.model, self.data, self.hp
         ks = [int(k) for k in m.topk]
         dense = next((b for b in DENSE if b in self.hist), None)
         self.p1_target, target_from = p1_target_of(self.hist, float(m.get("p1_target", 0.0) or 0.0))
